@@ -1,0 +1,78 @@
+// The backend interface and registry. An engine plans once per step (plan_step), then per layer
+// calls run(): cache write first, then attention. Backends are chosen by name, by the
+// TRIPATH_BACKEND / TRIPATH_MLA_BACKEND environment variables, or by "auto".
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tripath/attention.h"
+#include "tripath/step_plan.h"
+
+namespace tripath {
+
+class AttentionBackend {
+ public:
+  virtual ~AttentionBackend() = default;
+  virtual const char* name() const = 0;
+  // True if run() needs the batch in [decode | extend | prefill] order (plan.is_ordered).
+  virtual bool needs_ordered_batch() const = 0;
+  // Throws tripath::Error explaining why this backend cannot serve these params/cache.
+  virtual void check_supported(const AttentionParams& params, const KvCacheConfig& cache) const;
+  // Cache write (when in.k / in.v are given) then attention for every token of the plan.
+  virtual void run(const StepPlan& plan, const AttentionParams& params,
+                   const AttentionInputs& in) = 0;
+};
+
+class MlaBackend {
+ public:
+  virtual ~MlaBackend() = default;
+  virtual const char* name() const = 0;
+  // Latent cache write (when in.latent is given) then decode absorbed and extend/prefill
+  // non-absorbed. Needs an ordered plan.
+  virtual void run(const StepPlan& plan, const MlaParams& params, const MlaInputs& in) = 0;
+};
+
+// Throws tripath::Error if a backend that needs the order gets an unordered plan.
+void check_ordered(const StepPlan& plan, const char* backend_name);
+
+// Validates one layer call against its plan (block size and pool size the plan was built for),
+// params and cache: shapes, dtypes, devices. Throws tripath::Error naming the argument.
+void validate_attention_call(const StepPlan& plan, const AttentionParams& params,
+                             const AttentionInputs& in, Device device);
+void validate_mla_call(const StepPlan& plan, const MlaParams& params, const MlaInputs& in,
+                       Device device);
+
+struct BackendInfo {
+  std::string name;
+  bool is_mla = false;
+  bool available = false;
+  std::string reason;  // why not available ("not built with CUDA ...", "no GPU found")
+};
+
+// Every backend name tripath knows, with availability in this build and on this machine.
+std::vector<BackendInfo> list_backends();
+// Resolves "auto" and checks availability; throws tripath::Error listing valid and available
+// names (and why the others are unavailable) for an unknown or unavailable name.
+std::string resolve_backend(std::string_view name, bool mla);
+// The name from TRIPATH_BACKEND (mla: TRIPATH_MLA_BACKEND), "auto" when unset, resolved.
+std::string backend_from_env(bool mla);
+
+std::unique_ptr<AttentionBackend> create_attention_backend(std::string_view name);
+std::unique_ptr<MlaBackend> create_mla_backend(std::string_view name);
+
+struct BuildInfo {
+  std::string version;
+  bool with_cuda = false;
+  std::string cuda_archs;
+  int num_threads = 1;      // CPU threads the reference uses
+  bool gpu_found = false;
+  std::string gpu_name;     // empty without a GPU
+  int gpu_sm_count = 0;
+  int gpu_compute_capability = 0;  // 90 for Hopper
+};
+BuildInfo build_info();
+
+}  // namespace tripath

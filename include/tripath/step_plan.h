@@ -1,0 +1,116 @@
+// The host-side planner: turns one continuous-batching step (per request: query_len,
+// context_len, block-table row) into everything the backends need, once per step, shared by all
+// layers: each request's class, the stable [decode | extend | prefill] order, per-path ranges,
+// cu_seqlens, the slot mapping, the extend context chunk schedule and the decode split-KV
+// partition. Pure host C++; no CUDA.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tripath {
+
+enum class RequestClass : uint8_t { kDecode = 0, kExtend = 1, kPrefill = 2 };
+const char* class_name(RequestClass c);
+
+struct StepInput {
+  std::vector<int32_t> query_lens;    // [num_requests], >= 0
+  std::vector<int32_t> context_lens;  // [num_requests], >= 0
+  // Row-major [num_requests, block_table_stride] physical block ids; row r must hold at least
+  // ceil((context_len + query_len) / block_size) valid ids; entries beyond are ignored.
+  const int32_t* block_table = nullptr;
+  int64_t block_table_stride = 0;
+  int64_t num_cache_blocks = 0;  // ids must lie in [0, num_cache_blocks)
+  int block_size = 16;
+
+  int decode_threshold = 1;              // query_len <= threshold is decode
+  int64_t extend_chunk_budget = 32768;   // context tokens per extend chunk, across requests
+  int num_work_units = 1;                // GPU: SM count; CPU: threads
+  int num_kv_heads = 1;                  // independent decode work per split (one per KV head)
+  int min_split_tokens = 256;            // a split is never shorter than this (merge overhead)
+  int split_waves = 2;                   // decode work items aimed at: waves x work units
+};
+
+struct PathRange {
+  int32_t begin = 0, end = 0;              // request positions in the ordered batch
+  int64_t token_begin = 0, token_end = 0;  // query token positions in the ordered batch
+  int32_t num_requests() const { return end - begin; }
+  int64_t num_tokens() const { return token_end - token_begin; }
+};
+
+struct StepPlan {
+  int32_t num_requests = 0;
+  int64_t num_tokens = 0;
+  int block_size = 16;
+  int decode_threshold = 1;
+  int64_t num_cache_blocks = 0;
+
+  // In the caller's (input) order.
+  std::vector<RequestClass> classes;
+  // order[i] = input index of the request at position i of [decode | extend | prefill] (stable);
+  // inverse[input index] = position. is_ordered: the input already was in that order.
+  std::vector<int32_t> order;
+  std::vector<int32_t> inverse;
+  bool is_ordered = true;
+
+  // Everything below is in the ordered batch (position i = request order[i]).
+  std::vector<int32_t> query_lens;
+  std::vector<int32_t> context_lens;
+  std::vector<int32_t> cu_seqlens_q;  // [num_requests + 1]
+  std::vector<int32_t> cu_seqlens_k;  // [num_requests + 1], seq_len = context + query
+  int32_t max_query_len = 0;
+  int32_t max_seq_len = 0;
+  int32_t max_blocks_per_request = 0;
+  std::vector<int32_t> block_table;   // [num_requests, max_blocks_per_request], rows reordered
+  std::vector<int64_t> slot_mapping;  // [num_tokens] cache slot of each new token
+
+  PathRange decode, extend, prefill;
+
+  // Extend context chunks: chunk c covers context tokens
+  // [chunk_kv_start[c][e], + chunk_kv_len[c][e]) of extend request e (e counts from
+  // extend.begin). Each chunk holds at most extend_chunk_budget tokens; every context token of
+  // every extend request is in exactly one chunk. chunk_cu_kv[c] is the prefix sum over e.
+  int64_t extend_chunk_budget = 0;
+  int32_t num_chunks = 0;
+  std::vector<int32_t> chunk_kv_start;  // [num_chunks, extend.num_requests()]
+  std::vector<int32_t> chunk_kv_len;    // [num_chunks, extend.num_requests()]
+  std::vector<int32_t> chunk_cu_kv;     // [num_chunks, extend.num_requests() + 1]
+
+  // Decode split-KV: decode request d (counted from decode.begin) owns splits
+  // [decode_cu_splits[d], decode_cu_splits[d + 1]); split s covers keys
+  // [split_kv_start[s], + split_kv_len[s]) of its request's seq_len keys.
+  int32_t split_tokens = 0;  // the split length chosen (a multiple of block_size)
+  std::vector<int32_t> decode_cu_splits;  // [decode.num_requests() + 1]
+  std::vector<int32_t> split_request;     // [num_splits] ordered request position
+  std::vector<int32_t> split_kv_start;    // [num_splits]
+  std::vector<int32_t> split_kv_len;      // [num_splits]
+  int32_t num_splits() const { return static_cast<int32_t>(split_request.size()); }
+
+  int32_t seq_len(int32_t i) const { return context_lens[i] + query_lens[i]; }
+  const int32_t* block_row(int32_t i) const {
+    return block_table.data() + static_cast<int64_t>(i) * max_blocks_per_request;
+  }
+};
+
+// Validates `input` (clear errors naming the request and field) and builds the plan.
+StepPlan plan_step(const StepInput& input);
+
+// The same step with its requests permuted into plan.order: what an engine passes to plan_step
+// after laying its batch out in the ordered form (the result has is_ordered == true).
+StepInput ordered_input(const StepInput& input, const StepPlan& plan,
+                        std::vector<int32_t>& block_table_storage);
+
+// Permutes per-token rows of an input-order batch into the ordered layout: `dst` and `src` hold
+// num_tokens rows of `row_bytes` each.
+void reorder_token_rows(const StepPlan& plan, const void* src, void* dst, int64_t row_bytes);
+
+// Pure partition functions, shared with future device-side planners and tested on their own.
+// Extend chunks (see extend_chunks.cpp for the rule): returns the number of chunks and fills
+// starts/lens as [num_chunks, contexts.size()].
+int32_t partition_extend_chunks(const std::vector<int32_t>& contexts, int64_t budget,
+                                std::vector<int32_t>& starts, std::vector<int32_t>& lens);
+// Decode split length (multiple of align) for the given key counts; see decode_splits.cpp.
+int32_t choose_split_tokens(const std::vector<int32_t>& kv_lens, int num_work_units,
+                            int num_kv_heads, int min_split_tokens, int split_waves, int align);
+
+}  // namespace tripath

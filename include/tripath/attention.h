@@ -35,10 +35,11 @@ struct AttentionInputs {
   TensorView out;    // [num_tokens, num_q_heads, head_dim], f32 / f16 / bf16
   TensorView lse;    // optional [num_tokens, num_q_heads] f32
   TensorView sinks;  // optional [num_q_heads] f32 (when params.has_sinks)
+  void* stream = nullptr;  // cudaStream_t for CUDA backends (null: the default stream)
 };
 
 struct MlaParams {
-  int num_heads = 0;    // 16..128
+  int num_heads = 0;    // 1..128 (DeepSeek-R1: 128; its 8-way shard: 16)
   float scale = 0.0f;   // 0 means 1/sqrt(192); pass 1/sqrt(192) * mscale for DeepSeek
   float effective_scale() const;
   void validate() const;
@@ -57,6 +58,7 @@ struct MlaInputs {
   TensorView kv_b_proj;     // [512, num_heads * 256]: per head 128 k_nope columns then 128 v
   TensorView out;           // [extend + prefill tokens, num_heads, 128]
   TensorView lse;           // optional [extend + prefill tokens, num_heads] f32
+  void* stream = nullptr;   // cudaStream_t for CUDA backends
 };
 
 }  // namespace tripath

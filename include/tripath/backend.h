@@ -21,6 +21,13 @@ class AttentionBackend {
   virtual bool needs_ordered_batch() const = 0;
   // Throws tripath::Error explaining why this backend cannot serve these params/cache.
   virtual void check_supported(const AttentionParams& params, const KvCacheConfig& cache) const;
+  // Once per step, before the step's run() calls: CUDA backends upload the plan's metadata and
+  // size their workspace here (the only place they allocate), so run() never allocates or
+  // synchronizes and can be captured in a CUDA graph. `stream` is a cudaStream_t (or null).
+  // CPU backends need no preparation.
+  // `params` gives the geometry (heads, head dim) the work partition depends on; every layer of
+  // the step that run() is called for must share it (windows and soft-caps may differ).
+  virtual void prepare(const StepPlan& plan, const AttentionParams& params, void* stream) {}
   // Cache write (when in.k / in.v are given) then attention for every token of the plan.
   virtual void run(const StepPlan& plan, const AttentionParams& params,
                    const AttentionInputs& in) = 0;
@@ -30,6 +37,7 @@ class MlaBackend {
  public:
   virtual ~MlaBackend() = default;
   virtual const char* name() const = 0;
+  virtual void prepare(const StepPlan& plan, const MlaParams& params, void* stream) {}
   // Latent cache write (when in.latent is given) then decode absorbed and extend/prefill
   // non-absorbed. Needs an ordered plan.
   virtual void run(const StepPlan& plan, const MlaParams& params, const MlaInputs& in) = 0;
@@ -44,6 +52,13 @@ void validate_attention_call(const StepPlan& plan, const AttentionParams& params
                              const AttentionInputs& in, Device device);
 void validate_mla_call(const StepPlan& plan, const MlaParams& params, const MlaInputs& in,
                        Device device);
+
+// Entry points that dispatch on the tensors' device (CPU: the reference; CUDA: the kernels,
+// asynchronous on `stream`). slot_mapping: [num_tokens] int64 on the tensors' device.
+void write_kv_cache(const KvCacheView& cache, const TensorView& k, const TensorView& v,
+                    const TensorView& slot_mapping, void* stream = nullptr);
+void merge_states(const TensorView& outs, const TensorView& lses, const TensorView& out,
+                  const TensorView& lse, void* stream = nullptr);
 
 struct BackendInfo {
   std::string name;
@@ -72,6 +87,8 @@ struct BuildInfo {
   std::string gpu_name;     // empty without a GPU
   int gpu_sm_count = 0;
   int gpu_compute_capability = 0;  // 90 for Hopper
+  int64_t gpu_memory_bytes = 0;
+  std::string cuda_specializations;  // "head_dim/q dtype/kv dtype, ..." compiled in
 };
 BuildInfo build_info();
 

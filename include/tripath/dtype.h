@@ -11,10 +11,11 @@
 
 namespace tripath {
 
-enum class DType : uint8_t { kF32, kF16, kBF16, kFP8E4M3 };
+// Floating types carry attention data; the integer types only index (slot mappings, tables).
+enum class DType : uint8_t { kF32, kF16, kBF16, kFP8E4M3, kI32, kI64 };
 
 size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "f32", "f16", "bf16", "fp8_e4m3"
+const char* dtype_name(DType t);  // "f32", "f16", "bf16", "fp8_e4m3", "i32", "i64"
 DType parse_dtype(std::string_view name);  // throws tripath::Error listing the valid names
 
 float bf16_to_float(uint16_t bits);

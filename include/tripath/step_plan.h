@@ -39,6 +39,7 @@ struct PathRange {
 };
 
 struct StepPlan {
+  uint64_t serial = 0;  // unique per plan_step call: CUDA backends check run() got the prepared plan
   int32_t num_requests = 0;
   int64_t num_tokens = 0;
   int block_size = 16;
@@ -53,7 +54,9 @@ struct StepPlan {
   std::vector<int32_t> inverse;
   bool is_ordered = true;
 
-  // Everything below is in the ordered batch (position i = request order[i]).
+  // The batch layout, in the caller's order: what run() indexes q/k/v/out/lse rows and cache
+  // slots by. For an ordered plan this is the [decode | extend | prefill] order; a backend that
+  // accepts any order (unified, reference) runs an unordered plan in the order it was given.
   std::vector<int32_t> query_lens;
   std::vector<int32_t> context_lens;
   std::vector<int32_t> cu_seqlens_q;  // [num_requests + 1]
@@ -64,6 +67,9 @@ struct StepPlan {
   std::vector<int32_t> block_table;   // [num_requests, max_blocks_per_request], rows reordered
   std::vector<int64_t> slot_mapping;  // [num_tokens] cache slot of each new token
 
+  // Path ranges, extend chunks and decode splits describe the ordered batch (position i =
+  // request order[i]); they equal the layout above when is_ordered, and backends that use them
+  // refuse unordered plans.
   PathRange decode, extend, prefill;
 
   // Extend context chunks: chunk c covers context tokens
@@ -100,8 +106,9 @@ StepPlan plan_step(const StepInput& input);
 StepInput ordered_input(const StepInput& input, const StepPlan& plan,
                         std::vector<int32_t>& block_table_storage);
 
-// Permutes per-token rows of an input-order batch into the ordered layout: `dst` and `src` hold
-// num_tokens rows of `row_bytes` each.
+// Permutes per-token rows of the plan's (caller-order) layout into the [decode | extend |
+// prefill] layout of plan_step(ordered_input(...)): `dst` and `src` hold num_tokens rows of
+// `row_bytes` each.
 void reorder_token_rows(const StepPlan& plan, const void* src, void* dst, int64_t row_bytes);
 
 // Pure partition functions, shared with future device-side planners and tested on their own.

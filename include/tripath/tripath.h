@@ -4,6 +4,7 @@
 #include "tripath/attention.h"
 #include "tripath/backend.h"
 #include "tripath/block_allocator.h"
+#include "tripath/device.h"
 #include "tripath/dtype.h"
 #include "tripath/error.h"
 #include "tripath/kv_cache.h"

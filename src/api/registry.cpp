@@ -4,6 +4,9 @@
 #include <string>
 
 #include "../reference/reference_backend.h"
+#ifdef TRIPATH_WITH_CUDA
+#include "../backends/cuda/cuda_entry.h"
+#endif
 #include "tripath/backend.h"
 #include "tripath/error.h"
 
@@ -14,19 +17,22 @@ struct Entry {
   const char* name;
   bool is_mla;
   bool needs_cuda;
+  bool implemented;  // false: named by the design, its kernels not written yet
 };
 
 constexpr Entry kBackends[] = {
-    {"three_path", false, true}, {"unified", false, true}, {"two_path", false, true},
-    {"reference", false, false}, {"mla", true, true},      {"mla_baseline", true, true},
-    {"reference", true, false},
+    {"three_path", false, true, false}, {"unified", false, true, true},
+    {"two_path", false, true, true},    {"reference", false, false, true},
+    {"mla", true, true, false},         {"mla_baseline", true, true, false},
+    {"reference", true, false, true},
 };
 
 std::string unavailable_reason(const Entry& e, const BuildInfo& info) {
   if (!e.needs_cuda) return "";
   if (!info.with_cuda) return "not built with CUDA (configure with -DTRIPATH_CUDA=ON)";
   if (!info.gpu_found) return "no CUDA GPU found";
-  return "not implemented in this build";
+  if (!e.implemented) return "not implemented yet in this version";
+  return "";
 }
 
 std::string names_text(bool mla, bool available_only, const std::vector<BackendInfo>& all) {
@@ -64,14 +70,15 @@ std::string resolve_backend(std::string_view name, bool mla) {
   const char* variable = mla ? "TRIPATH_MLA_BACKEND" : "TRIPATH_BACKEND";
   if (name == "auto") {
     // shared/DESIGN.md section 7: Hopper -> three_path / mla; another CUDA GPU -> what runs
-    // there; no GPU -> reference.
+    // there; no GPU -> reference. The first available name in preference order wins.
     const BuildInfo info = build_info();
-    std::string pick = "reference";
-    if (info.gpu_found) pick = info.gpu_compute_capability / 10 == 9
-                                   ? (mla ? "mla" : "three_path")
-                                   : (mla ? "mla_baseline" : "unified");
-    for (const BackendInfo& b : all)
-      if (b.is_mla == mla && b.name == pick && b.available) return pick;
+    std::vector<std::string> prefer;
+    if (info.gpu_found && info.gpu_compute_capability / 10 == 9)
+      prefer = mla ? std::vector<std::string>{"mla"} : std::vector<std::string>{"three_path"};
+    if (info.gpu_found) prefer.push_back(mla ? "mla_baseline" : "unified");
+    for (const std::string& pick : prefer)
+      for (const BackendInfo& b : all)
+        if (b.is_mla == mla && b.name == pick && b.available) return pick;
     return "reference";
   }
   for (const BackendInfo& b : all) {
@@ -97,6 +104,10 @@ std::string backend_from_env(bool mla) {
 std::unique_ptr<AttentionBackend> create_attention_backend(std::string_view name) {
   const std::string resolved = resolve_backend(name, false);
   if (resolved == "reference") return make_reference_attention_backend();
+#ifdef TRIPATH_WITH_CUDA
+  if (resolved == "unified") return make_unified_backend();
+  if (resolved == "two_path") return make_two_path_backend();
+#endif
   throw Error("tripath: attention backend '" + resolved + "' has no implementation in this build");
 }
 

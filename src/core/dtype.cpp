@@ -35,6 +35,8 @@ size_t dtype_size(DType t) {
     case DType::kF16: return 2;
     case DType::kBF16: return 2;
     case DType::kFP8E4M3: return 1;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
   }
   throw Error("dtype_size: unknown dtype");
 }
@@ -45,6 +47,8 @@ const char* dtype_name(DType t) {
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
     case DType::kFP8E4M3: return "fp8_e4m3";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
   }
   return "unknown";
 }
@@ -54,7 +58,9 @@ DType parse_dtype(std::string_view name) {
   if (name == "f16" || name == "float16") return DType::kF16;
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
   if (name == "fp8_e4m3" || name == "fp8") return DType::kFP8E4M3;
-  throw_arg_error("dtype", name, "one of f32, f16, bf16, fp8_e4m3");
+  if (name == "i32" || name == "int32") return DType::kI32;
+  if (name == "i64" || name == "int64") return DType::kI64;
+  throw_arg_error("dtype", name, "one of f32, f16, bf16, fp8_e4m3, i32, i64");
 }
 
 float bf16_to_float(uint16_t bits) { return bits_float(static_cast<uint32_t>(bits) << 16); }
@@ -135,6 +141,8 @@ float load_float(const void* data, DType t, int64_t index) {
     case DType::kF16: return f16_to_float(static_cast<const uint16_t*>(data)[index]);
     case DType::kBF16: return bf16_to_float(static_cast<const uint16_t*>(data)[index]);
     case DType::kFP8E4M3: return fp8e4m3_to_float(static_cast<const uint8_t*>(data)[index]);
+    case DType::kI32: return static_cast<float>(static_cast<const int32_t*>(data)[index]);
+    case DType::kI64: return static_cast<float>(static_cast<const int64_t*>(data)[index]);
   }
   return 0.0f;
 }
@@ -145,6 +153,8 @@ void store_float(void* data, DType t, int64_t index, float value) {
     case DType::kF16: static_cast<uint16_t*>(data)[index] = float_to_f16(value); return;
     case DType::kBF16: static_cast<uint16_t*>(data)[index] = float_to_bf16(value); return;
     case DType::kFP8E4M3: static_cast<uint8_t*>(data)[index] = float_to_fp8e4m3(value); return;
+    case DType::kI32: static_cast<int32_t*>(data)[index] = static_cast<int32_t>(value); return;
+    case DType::kI64: static_cast<int64_t*>(data)[index] = static_cast<int64_t>(value); return;
   }
 }
 
@@ -154,6 +164,8 @@ float round_to(DType t, float value) {
     case DType::kF16: return f16_to_float(float_to_f16(value));
     case DType::kBF16: return bf16_to_float(float_to_bf16(value));
     case DType::kFP8E4M3: return fp8e4m3_to_float(float_to_fp8e4m3(value));
+    case DType::kI32: return static_cast<float>(static_cast<int32_t>(value));
+    case DType::kI64: return static_cast<float>(static_cast<int64_t>(value));
   }
   return value;
 }

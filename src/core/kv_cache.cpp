@@ -49,6 +49,10 @@ void check_scale(float scale, const char* name) {
   TRIPATH_CHECK_ARG(scale > 0.0f && scale < 1e30f, name, scale, "a positive finite scale");
 }
 
+bool is_cache_dtype(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kFP8E4M3;
+}
+
 void check_storage(const TensorView& t, const char* name, DType dtype, int64_t elements,
                    Device device) {
   TRIPATH_CHECK_ARG(t.defined(), name, "no tensor", "the cache storage tensor");
@@ -71,6 +75,8 @@ void KvCacheConfig::validate() const {
   TRIPATH_CHECK_ARG(num_kv_heads > 0, "cache.num_kv_heads", num_kv_heads, "at least 1");
   TRIPATH_CHECK_ARG(is_supported_head_dim(head_dim), "cache.head_dim", head_dim,
                     "one of " + supported_head_dims_text());
+  TRIPATH_CHECK_ARG(is_cache_dtype(dtype), "cache.dtype", dtype_name(dtype),
+                    "one of f32, f16, bf16, fp8_e4m3");
   check_scale(k_scale, "cache.k_scale");
   check_scale(v_scale, "cache.v_scale");
 }
@@ -121,6 +127,8 @@ void KvCacheView::validate(Device device) const {
 void MlaCacheConfig::validate() const {
   TRIPATH_CHECK_ARG(num_blocks > 0, "mla_cache.num_blocks", num_blocks, "a positive count");
   check_block_size(block_size, "mla_cache.block_size");
+  TRIPATH_CHECK_ARG(is_cache_dtype(dtype), "mla_cache.dtype", dtype_name(dtype),
+                    "one of f32, f16, bf16, fp8_e4m3");
   check_scale(scale, "mla_cache.scale");
 }
 

@@ -1,6 +1,7 @@
 #include "tripath/step_plan.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <string>
 
@@ -74,11 +75,34 @@ RequestClass classify(int32_t query_len, int32_t context_len, int threshold) {
   return context_len == 0 ? RequestClass::kPrefill : RequestClass::kExtend;
 }
 
+// Replaces the layout arrays of `p` (built for the ordered batch) by the caller's order.
+void use_input_layout(const StepInput& in, StepPlan& p) {
+  const int32_t n = p.num_requests;
+  const int bs = in.block_size;
+  p.query_lens = in.query_lens;
+  p.context_lens = in.context_lens;
+  for (int32_t r = 0; r < n; ++r) {
+    p.cu_seqlens_q[r + 1] = p.cu_seqlens_q[r] + p.query_lens[r];
+    p.cu_seqlens_k[r + 1] = p.cu_seqlens_k[r] + p.seq_len(r);
+    const int32_t needed = (p.seq_len(r) + bs - 1) / bs;
+    const int32_t* src = in.block_table + static_cast<int64_t>(r) * in.block_table_stride;
+    int32_t* dst = p.block_table.data() + static_cast<int64_t>(r) * p.max_blocks_per_request;
+    std::fill(dst, dst + p.max_blocks_per_request, -1);
+    std::copy(src, src + needed, dst);
+    for (int32_t t = 0; t < p.query_lens[r]; ++t) {
+      const int32_t pos = p.context_lens[r] + t;
+      p.slot_mapping[p.cu_seqlens_q[r] + t] = static_cast<int64_t>(dst[pos / bs]) * bs + pos % bs;
+    }
+  }
+}
+
 }  // namespace
 
 StepPlan plan_step(const StepInput& in) {
   validate(in);
+  static std::atomic<uint64_t> next_serial{1};
   StepPlan p;
+  p.serial = next_serial.fetch_add(1);
   const int32_t n = static_cast<int32_t>(in.query_lens.size());
   p.num_requests = n;
   p.block_size = in.block_size;
@@ -176,6 +200,7 @@ StepPlan plan_step(const StepInput& in) {
     }
     p.decode_cu_splits[d + 1] = p.num_splits();
   }
+  if (!p.is_ordered) use_input_layout(in, p);
   return p;
 }
 
@@ -203,15 +228,15 @@ StepInput ordered_input(const StepInput& in, const StepPlan& plan,
 }
 
 void reorder_token_rows(const StepPlan& plan, const void* src, void* dst, int64_t row_bytes) {
-  // Input-order token offsets: input request r sits at position inverse[r].
-  int64_t input_offset = 0;
-  for (int32_t r = 0; r < plan.num_requests; ++r) {
-    const int32_t i = plan.inverse[r];
-    const int64_t rows = plan.query_lens[i];
-    std::memcpy(static_cast<char*>(dst) + plan.cu_seqlens_q[i] * row_bytes,
-                static_cast<const char*>(src) + input_offset * row_bytes,
+  // Request order[i] moves from its caller-order offset to the i-th place of the ordered layout.
+  int64_t ordered_offset = 0;
+  for (int32_t i = 0; i < plan.num_requests; ++i) {
+    const int32_t r = plan.order[i];
+    const int64_t rows = plan.query_lens[r];
+    std::memcpy(static_cast<char*>(dst) + ordered_offset * row_bytes,
+                static_cast<const char*>(src) + plan.cu_seqlens_q[r] * row_bytes,
                 static_cast<size_t>(rows * row_bytes));
-    input_offset += rows;
+    ordered_offset += rows;
   }
 }
 

@@ -25,9 +25,10 @@ void write_kv_cache(const KvCacheView& cache, const TensorView& k, const TensorV
                     "one slot per token");
   const int64_t num_slots = c.num_blocks * c.block_size;
   for (int64_t t = 0; t < num_tokens; ++t) check_slot(slot_mapping[t], num_slots, t);
+  // fp8 stores e4m3(x / scale): a true division, as the CUDA writer does, so caches agree.
   const bool fp8 = c.dtype == DType::kFP8E4M3;
-  const float k_inv = fp8 ? 1.0f / c.k_scale : 1.0f;
-  const float v_inv = fp8 ? 1.0f / c.v_scale : 1.0f;
+  const float k_div = fp8 ? c.k_scale : 1.0f;
+  const float v_div = fp8 ? c.v_scale : 1.0f;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
@@ -37,8 +38,8 @@ void write_kv_cache(const KvCacheView& cache, const TensorView& k, const TensorV
       for (int d = 0; d < c.head_dim; ++d) {
         const int64_t src = (t * c.num_kv_heads + h) * c.head_dim + d;
         const int64_t dst = kv_cache_offset(c, block, offset, h, d);
-        store_float(cache.k.data, c.dtype, dst, k_inv * load_float(k.data, k.dtype, src));
-        store_float(cache.v.data, c.dtype, dst, v_inv * load_float(v.data, v.dtype, src));
+        store_float(cache.k.data, c.dtype, dst, load_float(k.data, k.dtype, src) / k_div);
+        store_float(cache.v.data, c.dtype, dst, load_float(v.data, v.dtype, src) / v_div);
       }
     }
   }
@@ -54,13 +55,13 @@ void write_mla_cache(const MlaCacheView& cache, const TensorView& latent,
                     "one slot per token");
   const int64_t num_slots = c.num_blocks * c.block_size;
   for (int64_t t = 0; t < num_tokens; ++t) check_slot(slot_mapping[t], num_slots, t);
-  const float inv = c.dtype == DType::kFP8E4M3 ? 1.0f / c.scale : 1.0f;
+  const float div = c.dtype == DType::kFP8E4M3 ? c.scale : 1.0f;
   for (int64_t t = 0; t < num_tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
     for (int e = 0; e < kMlaEntryDim; ++e) {
       store_float(cache.latent.data, c.dtype, slot * kMlaEntryDim + e,
-                  inv * load_float(latent.data, latent.dtype, t * kMlaEntryDim + e));
+                  load_float(latent.data, latent.dtype, t * kMlaEntryDim + e) / div);
     }
   }
 }

@@ -1,0 +1,54 @@
+// Device memory, copies and GPU timing for the tools above the backends (the bench CLI, tests),
+// so they need no CUDA headers. In a build without CUDA every call throws tripath::Error.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace tripath {
+
+// An owning device allocation (cudaMalloc), movable.
+class DeviceAllocation {
+ public:
+  DeviceAllocation() = default;
+  explicit DeviceAllocation(size_t bytes);
+  ~DeviceAllocation();
+  DeviceAllocation(DeviceAllocation&& other) noexcept;
+  DeviceAllocation& operator=(DeviceAllocation&& other) noexcept;
+  DeviceAllocation(const DeviceAllocation&) = delete;
+  DeviceAllocation& operator=(const DeviceAllocation&) = delete;
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+void copy_to_device(void* device_dst, const void* host_src, size_t bytes);
+void copy_to_host(void* host_dst, const void* device_src, size_t bytes);
+void device_synchronize();  // also surfaces any asynchronous kernel error
+
+// Times call(stream) on the GPU with CUDA events: `warmup` untimed calls, then `repeats` timed
+// ones (milliseconds each). With use_graph the call is captured once into a CUDA graph and each
+// timing is one replay; if the capture fails the plain call is timed and *graph_used is false.
+std::vector<double> time_gpu_calls(const std::function<void(void* stream)>& call, int warmup,
+                                   int repeats, bool use_graph, bool* graph_used);
+
+// The ceilings GPU figures are reported against, measured in the same run (shared/BENCH.md):
+// a kernel copy of 4 GiB (bytes read + written), a read-only kernel over 4 GiB with 16-byte
+// loads, and cuBLAS bf16 8192^3 on random data.
+struct GpuCeilings {
+  std::string gpu_name;
+  int sm_clock_mhz = 0;  // max clocks the device reports
+  int memory_clock_mhz = 0;
+  size_t l2_bytes = 0;
+  double copy_tbps = 0.0;
+  double read_tbps = 0.0;
+  double gemm_tflops = 0.0;
+};
+GpuCeilings measure_gpu_ceilings();
+
+}  // namespace tripath

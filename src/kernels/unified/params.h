@@ -1,0 +1,57 @@
+// Parameters of the unified paged-attention kernel (one launch for every query token of a step).
+// Plain data: the backend fills it once per call; the kernel takes it as a __grid_constant__.
+#pragma once
+
+#include <cstdint>
+
+namespace tripath::kernels {
+
+// One thread block's work: `rows` packed query rows of one request and one KV head against the
+// keys [kv_begin, kv_end) of that request. Row r (counted from row_begin) is query token
+// r / rows_per_token, query head q_head + r % rows_per_token: with GQA packing rows_per_token is
+// the group size, so every KV byte loaded serves the whole group.
+struct UnifiedWorkItem {
+  int32_t request;
+  int32_t kv_head;
+  int32_t q_head;     // first query head of the rows
+  int32_t row_begin;  // first packed row within the request
+  int32_t kv_begin;   // key range (a split, or all keys the rows can see)
+  int32_t kv_end;
+  int32_t split;      // >= 0: write a partial state to split slot `split`; -1: final output
+  int32_t pad;
+};
+
+struct UnifiedParams {
+  const void* q;        // [num_tokens, num_q_heads, head_dim] T
+  void* out;            // [num_tokens, num_q_heads, head_dim] T
+  float* lse;           // optional [num_tokens, num_q_heads]
+  const void* k_cache;  // layout `layout`, element KvT
+  const void* v_cache;
+  float* partial_out;   // [max_splits, num_tokens, num_q_heads, head_dim]
+  float* partial_lse;   // [max_splits, num_tokens, num_q_heads]
+  const float* sinks;   // optional [num_q_heads]
+  const int32_t* block_table;   // [num_requests, max_blocks_per_request]
+  const int32_t* cu_seqlens_q;  // [num_requests + 1]
+  const int32_t* context_lens;  // [num_requests]
+  const UnifiedWorkItem* items; // [num_items]
+  int32_t num_items;
+  int32_t num_tokens;
+  int32_t num_q_heads;
+  int32_t num_kv_heads;
+  int32_t rows_per_token;       // group size (GQA packed) or 1
+  int32_t max_blocks_per_request;
+  int32_t block_size;
+  int32_t log2_block_size;
+  int32_t layout;               // KvLayoutId
+  int32_t window_left;          // -1: none
+  float scale_log2;             // softmax scale * k_scale * log2(e) (no soft-cap)
+  float score_scale;            // softmax scale * k_scale (soft-cap path)
+  float softcap;                // 0: off
+  float v_scale;                // fp8 value scale (1 otherwise)
+};
+
+// Tile shapes. kRows16: 16 packed rows per block and its four warps split the keys (decode:
+// one token x a GQA group); kRows64: 64 rows, one warp per 16 rows (prefill and extend).
+enum UnifiedTile : int32_t { kRows16 = 0, kRows64 = 1 };
+
+}  // namespace tripath::kernels

@@ -1,0 +1,316 @@
+// The planner on hand-made steps (classes, order, ranges written out), the pure partition
+// functions (extend chunks, decode split length) and every bad input, which must throw a
+// tripath::Error naming the argument.
+#include <random>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace {
+
+using namespace tptest;
+using tripath::RequestClass;
+using tripath::StepInput;
+using tripath::StepPlan;
+
+struct OwnedStep {
+  StepInput in;
+  std::vector<int32_t> table;
+};
+
+// Requests with a block table of `stride` entries per row, ids r * stride + j (pool 64 blocks).
+OwnedStep make_step(std::vector<int32_t> q, std::vector<int32_t> c, int block_size = 4,
+                    int64_t stride = 8) {
+  OwnedStep s;
+  s.in.query_lens = std::move(q);
+  s.in.context_lens = std::move(c);
+  s.in.block_size = block_size;
+  const size_t n = s.in.query_lens.size();
+  s.table.resize(n * stride);
+  for (size_t i = 0; i < s.table.size(); ++i) s.table[i] = static_cast<int32_t>((i * 7) % 64);
+  s.in.block_table = s.table.data();
+  s.in.block_table_stride = stride;
+  s.in.num_cache_blocks = 64;
+  return s;
+}
+
+TEST(PlanStep, ClassesOrderAndRangesOfAMixedStep) {
+  OwnedStep s = make_step({5, 1, 0, 8, 1, 3}, {0, 10, 0, 20, 0, 7});
+  const StepPlan p = tripath::plan_step(s.in);
+  using C = RequestClass;
+  EXPECT_EQ(p.classes, (std::vector<C>{C::kPrefill, C::kDecode, C::kDecode, C::kExtend, C::kDecode,
+                                       C::kExtend}));
+  EXPECT_EQ(p.order, (std::vector<int32_t>{1, 2, 4, 3, 5, 0}));
+  EXPECT_EQ(p.inverse, (std::vector<int32_t>{5, 0, 1, 3, 2, 4}));
+  EXPECT_FALSE(p.is_ordered);
+  // The layout is the caller's order (the plan is not ordered).
+  EXPECT_EQ(p.query_lens, (std::vector<int32_t>{5, 1, 0, 8, 1, 3}));
+  EXPECT_EQ(p.context_lens, (std::vector<int32_t>{0, 10, 0, 20, 0, 7}));
+  EXPECT_EQ(p.cu_seqlens_q, (std::vector<int32_t>{0, 5, 6, 6, 14, 15, 18}));
+  EXPECT_EQ(p.cu_seqlens_k, (std::vector<int32_t>{0, 5, 16, 16, 44, 45, 55}));
+  EXPECT_EQ(p.num_tokens, 18);
+  EXPECT_EQ(p.max_query_len, 8);
+  EXPECT_EQ(p.max_seq_len, 28);
+  // Path ranges describe the ordered batch: decode 1, 2, 4 | extend 3, 5 | prefill 0.
+  EXPECT_EQ(p.decode.begin, 0);
+  EXPECT_EQ(p.decode.end, 3);
+  EXPECT_EQ(p.decode.num_tokens(), 2);
+  EXPECT_EQ(p.extend.begin, 3);
+  EXPECT_EQ(p.extend.end, 5);
+  EXPECT_EQ(p.extend.token_begin, 2);
+  EXPECT_EQ(p.extend.token_end, 13);
+  EXPECT_EQ(p.prefill.num_requests(), 1);
+  EXPECT_EQ(p.prefill.num_tokens(), 5);
+  // Request 1 (decode, context 10, block size 4) writes position 10: block row 1, entry 2; its
+  // token is at cu_seqlens_q[1] = 5 of the caller's layout.
+  EXPECT_EQ(p.slot_mapping[5], int64_t(s.table[1 * 8 + 2]) * 4 + 2);
+  EXPECT_STREQ(tripath::class_name(C::kExtend), "extend");
+
+  // The same step laid out [decode | extend | prefill]: the ordered arrays, the same ranges.
+  std::vector<int32_t> storage;
+  const StepPlan q = tripath::plan_step(tripath::ordered_input(s.in, p, storage));
+  EXPECT_TRUE(q.is_ordered);
+  EXPECT_EQ(q.query_lens, (std::vector<int32_t>{1, 0, 1, 8, 3, 5}));
+  EXPECT_EQ(q.context_lens, (std::vector<int32_t>{10, 0, 0, 20, 7, 0}));
+  EXPECT_EQ(q.cu_seqlens_q, (std::vector<int32_t>{0, 1, 1, 2, 10, 13, 18}));
+  EXPECT_EQ(q.cu_seqlens_k, (std::vector<int32_t>{0, 11, 11, 12, 40, 50, 55}));
+  EXPECT_EQ(q.num_tokens, 18);
+  EXPECT_EQ(q.max_query_len, 8);
+  EXPECT_EQ(q.max_seq_len, 28);
+  EXPECT_EQ(q.decode.begin, 0);
+  EXPECT_EQ(q.decode.end, 3);
+  EXPECT_EQ(q.decode.num_tokens(), 2);
+  EXPECT_EQ(q.extend.begin, 3);
+  EXPECT_EQ(q.extend.end, 5);
+  EXPECT_EQ(q.extend.token_begin, 2);
+  EXPECT_EQ(q.extend.token_end, 13);
+  EXPECT_EQ(q.prefill.num_requests(), 1);
+  EXPECT_EQ(q.prefill.num_tokens(), 5);
+  EXPECT_EQ(q.slot_mapping[0], int64_t(s.table[1 * 8 + 2]) * 4 + 2);
+}
+
+TEST(PlanStep, DecodeThresholdRaisesTheDecodeClass) {
+  OwnedStep s = make_step({3, 4, 5, 5}, {0, 9, 0, 2});
+  s.in.decode_threshold = 4;
+  const StepPlan p = tripath::plan_step(s.in);
+  using C = RequestClass;
+  EXPECT_EQ(p.classes, (std::vector<C>{C::kDecode, C::kDecode, C::kPrefill, C::kExtend}));
+  EXPECT_EQ(p.order, (std::vector<int32_t>{0, 1, 3, 2}));
+}
+
+TEST(PlanStep, OrderedInputPlansAsOrdered) {
+  OwnedStep s = make_step({5, 1, 0, 8, 1, 3}, {0, 10, 0, 20, 0, 7});
+  const StepPlan p = tripath::plan_step(s.in);
+  ASSERT_FALSE(p.is_ordered);
+  std::vector<int32_t> storage;
+  const StepInput o = tripath::ordered_input(s.in, p, storage);
+  EXPECT_EQ(o.query_lens, (std::vector<int32_t>{1, 0, 1, 8, 3, 5}));
+  EXPECT_EQ(o.context_lens, (std::vector<int32_t>{10, 0, 0, 20, 7, 0}));
+  const StepPlan q = tripath::plan_step(o);
+  EXPECT_TRUE(q.is_ordered);
+  EXPECT_EQ(q.order, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  // p's layout is the caller's order, q's the ordered one: request p.order[i] sits at i in q.
+  ASSERT_EQ(q.max_blocks_per_request, p.max_blocks_per_request);
+  ASSERT_EQ(q.block_table.size(), p.block_table.size());
+  std::vector<int32_t> permuted_table(p.block_table.size());
+  for (int32_t i = 0; i < p.num_requests; ++i)
+    std::copy(p.block_row(p.order[i]), p.block_row(p.order[i]) + p.max_blocks_per_request,
+              permuted_table.begin() + int64_t(i) * p.max_blocks_per_request);
+  EXPECT_EQ(q.block_table, permuted_table);
+  std::vector<int64_t> permuted_slots(p.slot_mapping.size());
+  tripath::reorder_token_rows(p, p.slot_mapping.data(), permuted_slots.data(), sizeof(int64_t));
+  EXPECT_EQ(q.slot_mapping, permuted_slots);
+}
+
+TEST(PlanStep, EmptyAndZeroLengthSteps) {
+  StepInput empty;
+  const StepPlan p = tripath::plan_step(empty);
+  EXPECT_EQ(p.num_requests, 0);
+  EXPECT_EQ(p.num_tokens, 0);
+  EXPECT_EQ(p.cu_seqlens_q, std::vector<int32_t>{0});
+  EXPECT_EQ(p.num_chunks, 0);
+  EXPECT_EQ(p.num_splits(), 0);
+  EXPECT_TRUE(p.is_ordered);
+  // Requests with no tokens at all need no block table.
+  StepInput zeros;
+  zeros.query_lens = {0, 0};
+  zeros.context_lens = {0, 0};
+  const StepPlan z = tripath::plan_step(zeros);
+  EXPECT_EQ(z.num_tokens, 0);
+  EXPECT_EQ(z.decode.num_requests(), 2);
+  EXPECT_EQ(z.num_splits(), 0);
+}
+
+TEST(PlanStep, SerialIsUniquePerCall) {
+  OwnedStep s = make_step({1, 4, 3}, {10, 0, 5});
+  const StepPlan a = tripath::plan_step(s.in), b = tripath::plan_step(s.in);
+  EXPECT_NE(a.serial, b.serial);
+  EXPECT_EQ(a.slot_mapping, b.slot_mapping);
+}
+
+TEST(PlanStep, DecodeSplitsFollowTheBlockSize) {
+  OwnedStep s = make_step({1, 1}, {1000, 37}, 16, 80);
+  s.in.num_cache_blocks = 200;
+  for (int32_t& b : s.table) b %= 200;
+  s.in.num_work_units = 16;
+  s.in.min_split_tokens = 20;
+  const StepPlan p = tripath::plan_step(s.in);
+  EXPECT_GE(p.split_tokens, 32);  // min_split_tokens rounded up to the block size
+  EXPECT_EQ(p.split_tokens % 16, 0);
+  EXPECT_GT(p.num_splits(), 2);
+  int64_t items = p.num_splits();
+  EXPECT_LE(items, int64_t(s.in.split_waves) * s.in.num_work_units);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pure partition functions
+
+TEST(ExtendChunks, SharesProportionalToContext) {
+  std::vector<int32_t> starts, lens;
+  EXPECT_EQ(tripath::partition_extend_chunks({100, 400}, 50, starts, lens), 10);
+  EXPECT_EQ(lens[0], 10);
+  EXPECT_EQ(lens[1], 40);
+  EXPECT_EQ(starts[2], 10);  // chunk 1 of request 0 follows chunk 0
+  EXPECT_EQ(tripath::partition_extend_chunks({}, 50, starts, lens), 0);
+  EXPECT_EQ(tripath::partition_extend_chunks({0, 0}, 50, starts, lens), 0);
+  EXPECT_EQ(tripath::partition_extend_chunks({5, 3}, 100, starts, lens), 1);
+  EXPECT_EQ(lens, (std::vector<int32_t>{5, 3}));
+  EXPECT_EQ(tripath::partition_extend_chunks({7, 0, 2}, 1, starts, lens), 9);
+  EXPECT_TRIPATH_ERROR(tripath::partition_extend_chunks({5}, 0, starts, lens),
+                       "extend_chunk_budget");
+}
+
+TEST(ExtendChunks, RandomContextsCoveredOnceWithFullChunks) {
+  std::mt19937_64 rng(43);
+  for (int it = 0; it < 3000; ++it) {
+    std::vector<int32_t> ctx(rand_int(rng, 1, 6));
+    int64_t total = 0;
+    for (int32_t& c : ctx) total += c = rand_int(rng, 0, 3) == 0 ? 0 : rand_int(rng, 1, 2000);
+    const int64_t budget = rand_int(rng, 1, 900);
+    std::vector<int32_t> starts, lens;
+    const int32_t chunks = tripath::partition_extend_chunks(ctx, budget, starts, lens);
+    ASSERT_EQ(chunks, (total + budget - 1) / budget);
+    ASSERT_EQ(lens.size(), chunks * ctx.size());
+    std::vector<int64_t> done(ctx.size(), 0);
+    for (int32_t c = 0; c < chunks; ++c) {
+      int64_t sum = 0;
+      for (size_t e = 0; e < ctx.size(); ++e) {
+        const int32_t len = lens[c * ctx.size() + e];
+        ASSERT_GE(len, 0);
+        if (len > 0) {
+          ASSERT_EQ(starts[c * ctx.size() + e], done[e]);
+        }
+        done[e] += len;
+        sum += len;
+      }
+      ASSERT_EQ(sum, c + 1 < chunks ? budget : total - budget * (chunks - 1));
+    }
+    for (size_t e = 0; e < ctx.size(); ++e) ASSERT_EQ(done[e], ctx[e]);
+    if (total > budget) {
+      for (size_t e = 0; e < ctx.size(); ++e)
+        ASSERT_LE(std::fabs(lens[e] - double(budget) * ctx[e] / double(total)), 1.0);
+    }
+  }
+}
+
+int64_t items_for(const std::vector<int32_t>& kv, int64_t split, int heads) {
+  int64_t n = 0;
+  for (int32_t len : kv) n += (len + split - 1) / split;
+  return n * heads;
+}
+
+// The documented rule: S (a multiple of align) is the smallest length >= min_split_tokens whose
+// work items (splits x heads) fit in waves x work units; the longest request if none does.
+TEST(DecodeSplitTokens, SmallestLengthThatFitsTheMachine) {
+  EXPECT_EQ(tripath::choose_split_tokens({100000}, 132, 1, 256, 2, 16), 384);
+  std::vector<int32_t> many(300, 5000);
+  EXPECT_EQ(tripath::choose_split_tokens(many, 132, 8, 256, 2, 16), 5008);
+  EXPECT_EQ(tripath::choose_split_tokens({40}, 132, 1, 256, 2, 16), 48);
+  std::mt19937_64 rng(47);
+  for (int it = 0; it < 3000; ++it) {
+    std::vector<int32_t> kv(rand_int(rng, 1, 20));
+    int32_t longest = 0;
+    for (int32_t& k : kv) longest = std::max(longest, k = rand_int(rng, 0, 20000));
+    const int units = rand_int(rng, 1, 132), heads = rand_int(rng, 1, 8);
+    const int min_split = rand_int(rng, 1, 512), waves = rand_int(rng, 1, 3);
+    const int align = 1 << rand_int(rng, 0, 6);
+    const int64_t s = tripath::choose_split_tokens(kv, units, heads, min_split, waves, align);
+    const int64_t cap = (std::max(longest, 1) + align - 1) / align * align;
+    const int64_t floor_len = std::min<int64_t>(cap, (min_split + align - 1) / align * align);
+    const int64_t target = int64_t(units) * waves;
+    ASSERT_GT(s, 0);
+    ASSERT_EQ(s % align, 0);
+    ASSERT_GE(s, floor_len);
+    ASSERT_LE(s, cap);
+    ASSERT_TRUE(items_for(kv, s, heads) <= target || s == cap) << "S " << s;
+    if (s - align >= floor_len) {
+      ASSERT_GT(items_for(kv, s - align, heads), target) << "S " << s;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bad inputs
+
+struct BadStepCase {
+  std::string name;
+  void (*mutate)(OwnedStep&);
+  std::string mentions;
+};
+std::ostream& operator<<(std::ostream& os, const BadStepCase& c) { return os << c.name; }
+
+class PlanStepBadInput : public ::testing::TestWithParam<BadStepCase> {};
+
+TEST_P(PlanStepBadInput, ThrowsNamingTheArgument) {
+  OwnedStep s = make_step({1, 4, 3}, {10, 0, 5});
+  ASSERT_NO_THROW(tripath::plan_step(s.in));
+  GetParam().mutate(s);
+  EXPECT_TRIPATH_ERROR(tripath::plan_step(s.in), GetParam().mentions);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Arguments, PlanStepBadInput,
+    ::testing::Values(
+        BadStepCase{"NegativeQueryLen", [](OwnedStep& s) { s.in.query_lens[1] = -1; },
+                    "query_lens"},
+        BadStepCase{"NegativeContextLen", [](OwnedStep& s) { s.in.context_lens[2] = -3; },
+                    "context_lens"},
+        BadStepCase{"BlockTableTooShort", [](OwnedStep& s) { s.in.block_table_stride = 2; },
+                    "block_table"},
+        BadStepCase{"BlockIdOutOfRange", [](OwnedStep& s) { s.table[1 * 8 + 0] = 64; },
+                    "block_table[1][0]"},
+        BadStepCase{"BlockIdNegative", [](OwnedStep& s) { s.table[2 * 8 + 1] = -1; },
+                    "block_table[2][1]"},
+        BadStepCase{"BlockTableNull", [](OwnedStep& s) { s.in.block_table = nullptr; },
+                    "block_table"},
+        BadStepCase{"NoCacheBlocks", [](OwnedStep& s) { s.in.num_cache_blocks = 0; },
+                    "num_cache_blocks"},
+        BadStepCase{"BlockSizeNotPowerOfTwo", [](OwnedStep& s) { s.in.block_size = 24; },
+                    "block_size"},
+        BadStepCase{"BlockSizeZero", [](OwnedStep& s) { s.in.block_size = 0; }, "block_size"},
+        BadStepCase{"BlockSize512", [](OwnedStep& s) { s.in.block_size = 512; }, "block_size"},
+        BadStepCase{"MismatchedLens", [](OwnedStep& s) { s.in.context_lens.pop_back(); }, "_lens"},
+        BadStepCase{"DecodeThresholdZero", [](OwnedStep& s) { s.in.decode_threshold = 0; },
+                    "decode_threshold"},
+        BadStepCase{"BudgetZero", [](OwnedStep& s) { s.in.extend_chunk_budget = 0; },
+                    "extend_chunk_budget"},
+        BadStepCase{"BudgetNegative", [](OwnedStep& s) { s.in.extend_chunk_budget = -5; },
+                    "extend_chunk_budget"},
+        BadStepCase{"WorkUnitsZero", [](OwnedStep& s) { s.in.num_work_units = 0; },
+                    "num_work_units"},
+        BadStepCase{"KvHeadsZero", [](OwnedStep& s) { s.in.num_kv_heads = 0; }, "num_kv_heads"},
+        BadStepCase{"MinSplitZero", [](OwnedStep& s) { s.in.min_split_tokens = 0; },
+                    "min_split_tokens"},
+        BadStepCase{"SplitWavesZero", [](OwnedStep& s) { s.in.split_waves = 0; }, "split_waves"}),
+    [](const ::testing::TestParamInfo<BadStepCase>& i) { return i.param.name; });
+
+TEST(PlanStepBadInput, OrderedInputOfAnotherStep) {
+  OwnedStep s = make_step({1, 4, 3}, {10, 0, 5});
+  OwnedStep t = make_step({1, 4}, {10, 0});
+  const StepPlan p = tripath::plan_step(t.in);
+  std::vector<int32_t> storage;
+  EXPECT_THROW(tripath::ordered_input(s.in, p, storage), tripath::Error);
+}
+
+}  // namespace

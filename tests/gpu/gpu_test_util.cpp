@@ -1,0 +1,146 @@
+#include "gpu_test_util.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+namespace tripath::gputest {
+
+std::string gpu_unavailable_reason() {
+#ifndef TRIPATH_WITH_CUDA
+  return "built without CUDA (configure with -DTRIPATH_CUDA=ON)";
+#else
+  const BuildInfo info = build_info();
+  if (!info.gpu_found) return "no CUDA GPU found";
+  return "";
+#endif
+}
+
+#ifdef TRIPATH_WITH_CUDA
+void DeviceMem::resize(size_t bytes) {
+  if (bytes <= bytes_ && ptr_ != nullptr) return;
+  if (ptr_) cudaFree(ptr_);
+  ptr_ = nullptr;
+  bytes_ = 0;
+  if (cudaMalloc(&ptr_, std::max<size_t>(bytes, 16)) != cudaSuccess) {
+    ptr_ = nullptr;
+    ADD_FAILURE() << "cudaMalloc of " << bytes << " bytes failed";
+    return;
+  }
+  bytes_ = bytes;
+}
+#endif
+
+namespace {
+
+uint16_t to_bits(float x, DType t) { return t == DType::kBF16 ? float_to_bf16(x) : float_to_f16(x); }
+
+uint8_t poison_byte(DType t) { return t == DType::kFP8E4M3 ? 0x7F : 0xFF; }  // NaN patterns
+
+}  // namespace
+
+std::vector<float> widen(const std::vector<uint16_t>& bits, DType dtype) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    out[i] = dtype == DType::kBF16 ? bf16_to_float(bits[i]) : f16_to_float(bits[i]);
+  return out;
+}
+
+HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads, int head_dim,
+                   int block_size, KvLayout layout, DType dtype, DType cache_dtype, bool ordered,
+                   int decode_threshold, int num_work_units, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  HostStep s;
+  s.dtype = dtype;
+  int64_t needed = 0;
+  int32_t max_blocks = 1;
+  for (const ReqShape& r : reqs) {
+    const int64_t b = (int64_t(r.query_len) + r.context_len + block_size - 1) / block_size;
+    needed += b;
+    max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(b));
+  }
+  const int64_t pool = needed * 5 / 2 + 3;  // a fragmented pool larger than needed
+  std::vector<int32_t> ids(static_cast<size_t>(pool));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int32_t stride = max_blocks + 2;
+  s.block_table.assign(reqs.size() * stride, -1);
+  size_t next = 0;
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    const int64_t b = (int64_t(reqs[r].query_len) + reqs[r].context_len + block_size - 1) / block_size;
+    for (int64_t j = 0; j < b; ++j) s.block_table[r * stride + j] = ids[next++];
+  }
+  s.input.block_table = s.block_table.data();
+  s.input.block_table_stride = stride;
+  s.input.num_cache_blocks = pool;
+  s.input.block_size = block_size;
+  s.input.decode_threshold = decode_threshold;
+  s.input.num_work_units = num_work_units;
+  s.input.num_kv_heads = kv_heads;
+  for (const ReqShape& r : reqs) {
+    s.input.query_lens.push_back(r.query_len);
+    s.input.context_lens.push_back(r.context_len);
+  }
+  s.plan = plan_step(s.input);
+  if (ordered && !s.plan.is_ordered) {
+    std::vector<int32_t> storage;
+    s.input = ordered_input(s.input, s.plan, storage);
+    s.block_table = storage;
+    s.input.block_table = s.block_table.data();
+    s.plan = plan_step(s.input);
+  }
+
+  s.cache.num_blocks = pool;
+  s.cache.block_size = block_size;
+  s.cache.num_kv_heads = kv_heads;
+  s.cache.head_dim = head_dim;
+  s.cache.dtype = cache_dtype;
+  s.cache.layout = layout;
+  if (cache_dtype == DType::kFP8E4M3) s.cache.k_scale = s.cache.v_scale = 0.025f;
+  const size_t cache_bytes = static_cast<size_t>(s.cache.bytes_per_tensor());
+  s.k_cache.assign(cache_bytes, poison_byte(cache_dtype));
+  s.v_cache.assign(cache_bytes, poison_byte(cache_dtype));
+
+  // Context tokens go in through the reference writer (f32 source), as earlier steps would have.
+  int64_t ctx_tokens = 0;
+  for (int32_t i = 0; i < s.plan.num_requests; ++i) ctx_tokens += s.plan.context_lens[i];
+  std::vector<float> ck(static_cast<size_t>(ctx_tokens) * kv_heads * head_dim), cv(ck.size());
+  for (float& x : ck) x = normal(rng);
+  for (float& x : cv) x = normal(rng);
+  std::vector<int64_t> slots;
+  for (int32_t i = 0; i < s.plan.num_requests; ++i)
+    for (int32_t pos = 0; pos < s.plan.context_lens[i]; ++pos)
+      slots.push_back(int64_t(s.plan.block_row(i)[pos / block_size]) * block_size + pos % block_size);
+  KvCacheView view{s.cache,
+                   TensorView::contiguous(s.k_cache.data(), cache_dtype, {int64_t(cache_bytes / dtype_size(cache_dtype))}),
+                   TensorView::contiguous(s.v_cache.data(), cache_dtype, {int64_t(cache_bytes / dtype_size(cache_dtype))})};
+  reference::write_kv_cache(view,
+                            TensorView::contiguous(ck.data(), DType::kF32, {ctx_tokens, kv_heads, head_dim}),
+                            TensorView::contiguous(cv.data(), DType::kF32, {ctx_tokens, kv_heads, head_dim}),
+                            slots.data(), ctx_tokens);
+
+  const int64_t n = s.plan.num_tokens;
+  s.q.resize(static_cast<size_t>(n * q_heads * head_dim));
+  s.k.resize(static_cast<size_t>(n * kv_heads * head_dim));
+  s.v.resize(s.k.size());
+  for (auto& x : s.q) x = to_bits(normal(rng), dtype);
+  for (auto& x : s.k) x = to_bits(normal(rng), dtype);
+  for (auto& x : s.v) x = to_bits(normal(rng), dtype);
+  s.sinks.resize(q_heads);
+  for (float& x : s.sinks) x = normal(rng);
+  return s;
+}
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    num += double(got[i] - want[i]) * (got[i] - want[i]);
+    den += double(want[i]) * want[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+}  // namespace tripath::gputest

@@ -1,0 +1,89 @@
+// Helpers of the GPU tests: device buffers, random paged steps with poisoned caches, and the
+// comparison against the CPU reference. Tests skip (GTEST_SKIP with the reason) without a GPU.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tripath/tripath.h"
+
+#ifdef TRIPATH_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace tripath::gputest {
+
+// Skips the calling test unless this build has CUDA and a GPU is present.
+#define TRIPATH_REQUIRE_GPU()                                                   \
+  do {                                                                          \
+    const std::string why = ::tripath::gputest::gpu_unavailable_reason();       \
+    if (!why.empty()) GTEST_SKIP() << why;                                      \
+  } while (0)
+
+std::string gpu_unavailable_reason();
+
+#ifdef TRIPATH_WITH_CUDA
+
+#define TRIPATH_TEST_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
+
+class DeviceMem {
+ public:
+  DeviceMem() = default;
+  explicit DeviceMem(size_t bytes) { resize(bytes); }
+  DeviceMem(const DeviceMem&) = delete;
+  DeviceMem& operator=(const DeviceMem&) = delete;
+  ~DeviceMem() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  void resize(size_t bytes);
+  template <typename T>
+  void upload(const std::vector<T>& host) {
+    resize(host.size() * sizeof(T));
+    if (!host.empty()) cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  template <typename T>
+  std::vector<T> download(size_t count) const {
+    std::vector<T> host(count);
+    if (count) cudaMemcpy(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost);
+    return host;
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+#endif
+
+// One request of a generated step.
+struct ReqShape {
+  int32_t query_len;
+  int32_t context_len;
+};
+
+// A step with its host tensors in the plan's (ordered if asked) layout; 16-bit tensors hold
+// bf16 or f16 bits; the caches are NaN-poisoned outside the written slots.
+struct HostStep {
+  StepInput input;
+  std::vector<int32_t> block_table;
+  StepPlan plan;
+  KvCacheConfig cache;
+  std::vector<uint8_t> k_cache, v_cache;  // raw bytes of the cache (context written)
+  std::vector<uint16_t> q, k, v;          // [tokens, heads, dim] of dtype `dtype`
+  std::vector<float> sinks;
+  DType dtype = DType::kBF16;
+};
+
+HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads, int head_dim,
+                   int block_size, KvLayout layout, DType dtype, DType cache_dtype, bool ordered,
+                   int decode_threshold, int num_work_units, uint64_t seed);
+
+// Relative L2 error of got vs want over all elements; NaN anywhere in got gives +inf.
+double rel_l2(const std::vector<float>& got, const std::vector<float>& want);
+std::vector<float> widen(const std::vector<uint16_t>& bits, DType dtype);
+
+}  // namespace tripath::gputest

@@ -1,0 +1,338 @@
+// Every CUDA backend against the CPU reference on fresh random steps: outputs NaN-poisoned before
+// the run, caches NaN-poisoned outside written slots and compared bit for bit after the GPU cache
+// write, block tables shuffled over a pool 2.5x the need. Covers head dims, GQA ratios (odd one
+// too), block sizes, layouts, windows, soft-cap, sinks, LSE, fp8 KV, f16, 128K contexts,
+// decode_threshold > 1, zero- and one-token requests, unordered batches (unified), CUDA graphs.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+#include "gpu_test_util.h"
+
+namespace tripath::gputest {
+namespace {
+
+struct GpuCase {
+  std::string name;
+  std::string backend;
+  int hq = 8, hkv = 2, dim = 128, block_size = 16;
+  KvLayout layout = KvLayout::kNHD;
+  DType dtype = DType::kBF16, cache = DType::kBF16;
+  int window = -1;
+  float softcap = 0.0f;
+  bool sinks = false, lse = true, ordered = true;
+  int threshold = 1;
+  std::vector<ReqShape> reqs;
+};
+
+std::ostream& operator<<(std::ostream& os, const GpuCase& c) { return os << c.name; }
+
+std::vector<ReqShape> mixed_step() {
+  return {{1, 1000}, {70, 300}, {113, 0}, {1, 1}, {20, 1025}, {1, 5000}, {0, 40}, {1, 0}, {2, 0}};
+}
+std::vector<ReqShape> decode_step() {
+  return {{1, 4000}, {1, 17}, {1, 1013}, {1, 2500}, {1, 64}, {1, 3333}, {1, 1}, {1, 777}};
+}
+
+std::vector<GpuCase> all_cases() {
+  std::vector<GpuCase> out;
+  for (const char* backend : {"unified", "two_path"}) {
+    const std::string b = backend;
+    auto add = [&](GpuCase c, const std::string& name) {
+      c.backend = b;
+      c.name = b + "_" + name;
+      out.push_back(c);
+    };
+    GpuCase base;
+    base.reqs = mixed_step();
+    for (int d : {64, 80, 96, 128, 192, 256}) {
+      GpuCase c = base;
+      c.dim = d;
+      add(c, "mixed_d" + std::to_string(d));
+    }
+    for (int g : {1, 4, 8, 16, 3}) {
+      for (bool decode : {false, true}) {
+        GpuCase c = base;
+        c.hkv = 2;
+        c.hq = 2 * g;
+        if (decode) c.reqs = decode_step();
+        add(c, std::string(decode ? "decode" : "mixed") + "_gqa" + std::to_string(g));
+      }
+    }
+    for (int bs : {16, 32, 64}) {
+      for (KvLayout l : {KvLayout::kNHD, KvLayout::kHND, KvLayout::kTiled}) {
+        GpuCase c = base;
+        c.block_size = bs;
+        c.layout = l;
+        add(c, std::string("bs") + std::to_string(bs) + "_" + layout_name(l));
+        c.reqs = decode_step();
+        c.hq = 32;
+        add(c, std::string("decode_bs") + std::to_string(bs) + "_" + layout_name(l));
+      }
+    }
+    {
+      GpuCase c = base;
+      c.window = 64;
+      add(c, "window64");
+      c.reqs = decode_step();
+      add(c, "decode_window64");
+      c = base;
+      c.softcap = 30.0f;
+      add(c, "softcap");
+      c = base;
+      c.sinks = true;
+      add(c, "sinks");
+      c.reqs = decode_step();
+      add(c, "decode_sinks");
+      c = base;
+      c.dim = 64;
+      c.hq = 16;
+      c.window = 128;
+      c.sinks = true;
+      add(c, "gptoss_like_d64_window_sinks");
+      c = base;
+      c.dim = 256;
+      c.softcap = 50.0f;
+      c.window = 200;
+      add(c, "gemma_like_d256_softcap_window");
+      c = base;
+      c.lse = false;
+      add(c, "no_lse");
+    }
+    for (int d : {64, 128, 256}) {
+      GpuCase c = base;
+      c.dim = d;
+      c.cache = DType::kFP8E4M3;
+      add(c, "fp8_mixed_d" + std::to_string(d));
+      c.reqs = decode_step();
+      c.hq = 32;
+      add(c, "fp8_decode_d" + std::to_string(d));
+      c.layout = KvLayout::kTiled;
+      add(c, "fp8_decode_tiled_d" + std::to_string(d));
+    }
+    {
+      GpuCase c = base;
+      c.dtype = c.cache = DType::kF16;
+      add(c, "f16_mixed");
+      c.cache = DType::kFP8E4M3;
+      add(c, "f16_fp8_mixed");
+      c = base;
+      c.hq = 8;
+      c.hkv = 1;
+      c.reqs = {{1, 131072}, {1, 70000}};
+      add(c, "decode_128k");
+      c.reqs = {{300, 20000}};
+      add(c, "extend_20k");
+      c = base;
+      c.threshold = 4;
+      c.hq = 16;
+      c.reqs = {{3, 900}, {4, 10}, {2, 2000}, {1, 50}, {40, 100}, {9, 0}};
+      add(c, "threshold4");
+      c.reqs = {{3, 900}, {4, 10}, {2, 2000}, {1, 50}};
+      add(c, "threshold4_decode_only");
+      c = base;
+      c.reqs = {{0, 0}, {1, 0}, {0, 17}, {2, 3}, {1, 1}};
+      add(c, "edge_tiny");
+      c = base;
+      c.ordered = false;
+      std::reverse(c.reqs.begin(), c.reqs.end());
+      if (b == "unified") add(c, "unordered");
+    }
+  }
+  return out;
+}
+
+std::string spec_name(int dim, DType q, DType kv) {
+  return std::to_string(dim) + "/" + dtype_name(q) + "/" + dtype_name(kv);
+}
+
+bool spec_built(int dim, DType q, DType kv) {
+  const std::string built = ", " + build_info().cuda_specializations + ",";
+  return built.find(", " + spec_name(dim, q, kv) + ",") != std::string::npos;
+}
+
+struct Views {
+  AttentionParams params;
+  AttentionInputs in;
+};
+
+Views make_views(const GpuCase& c, const HostStep& s, Device dev, void* kc, void* vc, void* q,
+                 void* k, void* v, void* out, DType out_dtype, void* lse, void* sinks) {
+  Views w;
+  w.params.num_q_heads = c.hq;
+  w.params.num_kv_heads = c.hkv;
+  w.params.head_dim = c.dim;
+  w.params.window_left = c.window;
+  w.params.softcap = c.softcap;
+  w.params.has_sinks = c.sinks;
+  const int64_t n = s.plan.num_tokens, elems = s.cache.elements_per_tensor();
+  w.in.cache.config = s.cache;
+  w.in.cache.k = TensorView::contiguous(kc, s.cache.dtype, {elems}, dev);
+  w.in.cache.v = TensorView::contiguous(vc, s.cache.dtype, {elems}, dev);
+  w.in.q = TensorView::contiguous(q, s.dtype, {n, c.hq, c.dim}, dev);
+  w.in.k = TensorView::contiguous(k, s.dtype, {n, c.hkv, c.dim}, dev);
+  w.in.v = TensorView::contiguous(v, s.dtype, {n, c.hkv, c.dim}, dev);
+  w.in.out = TensorView::contiguous(out, out_dtype, {n, c.hq, c.dim}, dev);
+  if (c.lse) w.in.lse = TensorView::contiguous(lse, DType::kF32, {n, c.hq}, dev);
+  if (c.sinks) w.in.sinks = TensorView::contiguous(sinks, DType::kF32, {c.hq}, dev);
+  return w;
+}
+
+class GpuBackendTest : public ::testing::TestWithParam<GpuCase> {};
+
+TEST_P(GpuBackendTest, MatchesReference) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  const GpuCase& c = GetParam();
+  if (!spec_built(c.dim, c.dtype, c.cache))
+    GTEST_SKIP() << "specialization " << spec_name(c.dim, c.dtype, c.cache) << " not built";
+  auto backend = create_attention_backend(c.backend);
+  const uint64_t seed = std::hash<std::string>{}(c.name);
+  HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache,
+                         c.ordered, c.threshold, build_info().gpu_sm_count, seed);
+  const int64_t n = s.plan.num_tokens;
+
+  // CPU reference (it writes its own copy of the cache first).
+  std::vector<uint8_t> ref_k = s.k_cache, ref_v = s.v_cache;
+  std::vector<float> ref_out(static_cast<size_t>(n * c.hq * c.dim)), ref_lse(n * c.hq);
+  Views r = make_views(c, s, Device::kCPU, ref_k.data(), ref_v.data(), s.q.data(), s.k.data(),
+                       s.v.data(), ref_out.data(), DType::kF32, ref_lse.data(), s.sinks.data());
+  create_attention_backend("reference")->run(s.plan, r.params, r.in);
+
+  DeviceMem kc, vc, q, k, v, out, lse, sinks;
+  kc.upload(s.k_cache);
+  vc.upload(s.v_cache);
+  q.upload(s.q);
+  k.upload(s.k);
+  v.upload(s.v);
+  sinks.upload(s.sinks);
+  std::vector<uint16_t> poison_out(ref_out.size(), 0xFFFF);
+  std::vector<float> poison_lse(ref_lse.size(), NAN);
+  out.upload(poison_out);
+  lse.upload(poison_lse);
+  Views g = make_views(c, s, Device::kCUDA, kc.get(), vc.get(), q.get(), k.get(), v.get(),
+                       out.get(), c.dtype, lse.get(), sinks.get());
+  backend->prepare(s.plan, g.params, nullptr);
+  backend->run(s.plan, g.params, g.in);
+  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+
+  EXPECT_EQ(kc.download<uint8_t>(s.k_cache.size()), ref_k) << "K cache differs after the write";
+  EXPECT_EQ(vc.download<uint8_t>(s.v_cache.size()), ref_v) << "V cache differs after the write";
+  const std::vector<float> got = widen(out.download<uint16_t>(ref_out.size()), c.dtype);
+  const double tol = c.dtype == DType::kBF16 ? 1e-2 : 4e-3;
+  const double err = rel_l2(got, ref_out);
+  EXPECT_LT(err, tol) << "relative L2 error of the output";
+  if (c.lse) {
+    const std::vector<float> got_lse = lse.download<float>(ref_lse.size());
+    int bad = 0;
+    for (size_t i = 0; i < got_lse.size(); ++i) {
+      const bool same_inf = std::isinf(got_lse[i]) && got_lse[i] == ref_lse[i];
+      if (!same_inf && !(std::fabs(got_lse[i] - ref_lse[i]) <= 2e-2f)) {
+        if (bad++ < 3) ADD_FAILURE() << "lse[" << i << "] " << got_lse[i] << " vs " << ref_lse[i];
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  // Repeated runs are bitwise identical (no races, no order-dependent reductions).
+  const std::vector<uint16_t> first = out.download<uint16_t>(ref_out.size());
+  backend->run(s.plan, g.params, g.in);
+  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(out.download<uint16_t>(ref_out.size()), first) << "second run differs";
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCases, GpuBackendTest, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// A step captured in a CUDA graph and replayed gives the same bits as a plain run.
+TEST(GpuGraph, CaptureAndReplay) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  for (const char* name : {"unified", "two_path"}) {
+    for (bool decode_only : {true, false}) {
+      SCOPED_TRACE(std::string(name) + (decode_only ? " decode" : " mixed"));
+      GpuCase c;
+      c.hq = 16;
+      c.hkv = 2;
+      c.reqs = decode_only ? decode_step() : mixed_step();
+      if (!spec_built(c.dim, c.dtype, c.cache)) GTEST_SKIP() << "128/bf16/bf16 not built";
+      auto backend = create_attention_backend(name);
+      HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype,
+                             c.cache, true, 1, build_info().gpu_sm_count, 7);
+      const size_t out_elems = static_cast<size_t>(s.plan.num_tokens) * c.hq * c.dim;
+      DeviceMem kc, vc, q, k, v, out, lse, sinks;
+      kc.upload(s.k_cache);
+      vc.upload(s.v_cache);
+      q.upload(s.q);
+      k.upload(s.k);
+      v.upload(s.v);
+      out.resize(out_elems * 2);
+      lse.resize(s.plan.num_tokens * c.hq * 4);
+      Views g = make_views(c, s, Device::kCUDA, kc.get(), vc.get(), q.get(), k.get(), v.get(),
+                           out.get(), c.dtype, lse.get(), sinks.get());
+      cudaStream_t stream;
+      TRIPATH_TEST_CUDA(cudaStreamCreate(&stream));
+      g.in.stream = stream;
+      backend->prepare(s.plan, g.params, stream);
+      backend->run(s.plan, g.params, g.in);
+      TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+      const auto plain = out.download<uint16_t>(out_elems);
+      TRIPATH_TEST_CUDA(cudaMemset(out.get(), 0xFF, out_elems * 2));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      TRIPATH_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      backend->run(s.plan, g.params, g.in);
+      TRIPATH_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+      TRIPATH_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int rep = 0; rep < 3; ++rep) TRIPATH_TEST_CUDA(cudaGraphLaunch(exec, stream));
+      TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+      EXPECT_EQ(out.download<uint16_t>(out_elems), plain);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+    }
+  }
+#endif
+}
+
+// run() refuses a plan it was not prepared for, and CPU tensors.
+TEST(GpuErrors, UnpreparedPlanAndWrongDevice) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  GpuCase c;
+  c.reqs = decode_step();
+  HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache,
+                         true, 1, 132, 3);
+  DeviceMem kc, vc, q, k, v, out;
+  kc.upload(s.k_cache);
+  vc.upload(s.v_cache);
+  q.upload(s.q);
+  k.upload(s.k);
+  v.upload(s.v);
+  out.resize(s.q.size() * 2);
+  Views g = make_views(c, s, Device::kCUDA, kc.get(), vc.get(), q.get(), k.get(), v.get(),
+                       out.get(), c.dtype, nullptr, nullptr);
+  g.in.lse = TensorView{};
+  auto backend = create_attention_backend("unified");
+  try {
+    backend->run(s.plan, g.params, g.in);
+    ADD_FAILURE() << "run without prepare did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prepare"), std::string::npos) << e.what();
+  }
+  backend->prepare(s.plan, g.params, nullptr);
+  Views cpu = g;
+  cpu.in.q.device = Device::kCPU;
+  try {
+    backend->run(s.plan, cpu.params, cpu.in);
+    ADD_FAILURE() << "a CPU q did not throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'q'"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace tripath::gputest

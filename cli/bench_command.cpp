@@ -433,7 +433,8 @@ int run_bench(const std::vector<std::string>& args) {
                  "mismatch");
   flags.add_double("tolerance", &o.tolerance, 0.0, 1.0,
                    "--verify limit: per row, max |error| beyond the output dtype's own "
-                   "rounding / max |reference|");
+                   "rounding / max |reference| (default 1e-3 for f32, 1e-2 for 16-bit "
+                   "activations, whose probabilities tensor cores round)");
   flags.add_int("seed", &o.seed, 0, (1LL << 62), "seed of the lengths, block tables and data");
   flags.add_choice("dtype", &o.dtype, {"bf16", "f16", "f32", "fp8_e4m3"},
                    "KV cache dtype (q and outputs are bf16 when the cache is fp8)");
@@ -491,6 +492,11 @@ int run_bench(const std::vector<std::string>& args) {
   settings.act_dtype =
       settings.cache_dtype == DType::kFP8E4M3 ? DType::kBF16 : settings.cache_dtype;
   settings.layout = parse_layout(o.layout);
+  if (!flags.was_set("tolerance") && settings.act_dtype != DType::kF32) {
+    // Tensor-core kernels round the softmax probabilities to the 16-bit activation dtype before
+    // P.V (as FlashAttention does): measured about 3e-3 beyond the output rounding on the H200.
+    o.tolerance = 1e-2;
+  }
   settings.block_size = static_cast<int>(o.block_size);
   settings.seed = static_cast<uint64_t>(o.seed);
   settings.num_work_units =

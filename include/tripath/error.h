@@ -2,6 +2,7 @@
 // expected, so a serving engine can log it and a user can fix the call without reading our code.
 #pragma once
 
+#include <locale>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,7 @@ namespace detail {
 template <typename T>
 std::string to_text(const T& value) {
   std::ostringstream s;
+  s.imbue(std::locale::classic());  // "1024", whatever locale the host program set
   s << value;
   return s.str();
 }

@@ -117,7 +117,7 @@ void run_attention(const StepPlan& plan, const AttentionParams& params, const At
           }
           // The sink is one more part: no value (output 0) and LSE = its logit.
           if (sinks != nullptr) part_lse[np] = sinks[h];
-          float merged[256];
+          float merged[256];  // head_dim <= 256: validate_attention_call checked it
           const float lse = detail::merge_parts(part_out.data(), part_lse.data(), np + 1, dim,
                                                 merged);
           for (int d = 0; d < dim; ++d) store_float(in.out.data, in.out.dtype, qrow + d, merged[d]);

@@ -378,6 +378,47 @@ TEST(CacheWrite, Fp8StoresXDividedByScale) {
   EXPECT_EQ(wrong, 0) << "of " << n << " values";
 }
 
+// The MLA latent writer follows the same definition: e4m3(x / scale), at the same midpoints.
+TEST(MlaCacheWrite, Fp8StoresXDividedByScale) {
+  const float scale = 0.3f;
+  std::vector<float> xs;
+  for (int c = 0; c < 0x7E; ++c) {
+    const float mid = static_cast<float>((fp8_value(c) + fp8_value(c + 1)) / 2);
+    float x = mid * scale;
+    for (int k = 0; k < 4; ++k, x = std::nextafter(x, 1.0f)) xs.push_back(x), xs.push_back(-x);
+    x = mid * scale;
+    for (int k = 0; k < 4; ++k) x = std::nextafter(x, 0.0f), xs.push_back(x), xs.push_back(-x);
+  }
+  const int64_t n = static_cast<int64_t>(xs.size());
+  int64_t differ = 0;  // the inputs tell x / scale and x * (1 / scale) apart
+  for (float x : xs)
+    differ += ref_round(DType::kFP8E4M3, x / scale) != ref_round(DType::kFP8E4M3, x * (1 / scale));
+  ASSERT_GT(differ, 0);
+  tripath::MlaCacheConfig c;
+  c.num_blocks = n, c.block_size = 1, c.dtype = DType::kFP8E4M3, c.scale = scale;
+  HostTensor cache(c.dtype, c.shape());
+  cache.fill_nan();
+  HostTensor lat(DType::kF32, {n, 576});
+  std::vector<int64_t> slots(xs.size());
+  for (int64_t t = 0; t < n; ++t) {
+    slots[t] = t;
+    for (int e = 0; e < 576; ++e) lat.set(t * 576 + e, xs[t]);
+  }
+  tripath::reference::write_mla_cache(tripath::MlaCacheView{c, cache.view()}, lat.view(),
+                                      slots.data(), n);
+  int64_t wrong = 0;
+  for (int64_t t = 0; t < n; ++t) {
+    const float want = ref_round(DType::kFP8E4M3, xs[t] / scale);
+    for (int e = 0; e < 576; e += 575) {
+      if (cache.get(t * 576 + e) != want && wrong++ < 3) {
+        ADD_FAILURE() << "x = " << xs[t] << ": stored " << cache.get(t * 576 + e)
+                      << ", e4m3(x / scale) is " << want;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0) << "of " << n << " values";
+}
+
 TEST(CacheWrite, RejectsSlotsOutOfRange) {
   KvCacheConfig c = good_config();
   c.num_blocks = 2, c.block_size = 4, c.head_dim = 64;

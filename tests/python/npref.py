@@ -66,7 +66,9 @@ def encode(x, dtype, scale=1.0):
         return x.astype(np.float32).astype(np.float16)
     if dtype == "bf16":
         return bf16_encode(x)
-    return e4m3_encode(np.asarray(x / scale, dtype=np.float32))
+    # The writer's float32 x divided by the config's float32 scale (a true, correctly rounded
+    # division, not a multiply by 1 / scale), then rounded to e4m3.
+    return e4m3_encode(np.asarray(x, dtype=np.float32) / np.float32(scale))
 
 
 def decode(bits, dtype, scale=1.0):
@@ -74,7 +76,7 @@ def decode(bits, dtype, scale=1.0):
         return np.asarray(bits).astype(np.float64)
     if dtype == "bf16":
         return bf16_decode(bits)
-    return e4m3_decode(bits) * scale
+    return e4m3_decode(bits) * np.float64(np.float32(scale))
 
 
 # ---- cache layouts -----------------------------------------------------------------------------

@@ -147,12 +147,15 @@ def test_reference_backend_matches_numpy(dtype, layout):
     assert_close(out, want_out, 1e-4, 2e-5)
     assert_close(lse, want_lse, 1e-5, 2e-5)
 
-    # Ordered plan and layout: the three-path composition, cache already written.
+    # Ordered plan and layout: the three-path composition, cache already written; it agrees
+    # with the unordered run's rows moved to the ordered layout.
     out2, lse2 = s.outputs()
     tripath.run_attention("reference", s.ordered(), s.config, s.to_ordered(s.q), None, None,
                           k_cache, v_cache, out2, lse2)
     assert_close(out2, s.to_ordered(want_out), 1e-4, 2e-5)
     assert_close(lse2, s.to_ordered(want_lse), 1e-5, 2e-5)
+    assert_close(out2, s.to_ordered(out), 1e-4, 2e-5)
+    assert_close(lse2, s.to_ordered(lse), 1e-5, 2e-5)
 
 
 def test_write_kv_cache_skips_padding_slots():
@@ -170,6 +173,49 @@ def test_write_kv_cache_skips_padding_slots():
         bad = slots.copy()
         bad[0] = s.num_blocks * s.bs
         tripath.write_kv_cache(s.config, k2, v2, s.k, s.v, bad)
+
+
+def e4m3_midpoint_inputs(scale):
+    """float32 x whose x / scale sits at, or a few ulps around, every positive e4m3 rounding
+    midpoint: where x * (1 / scale) and x / scale can round to different codes."""
+    mids = (npref._E4M3_POSITIVE[:-1] + npref._E4M3_POSITIVE[1:]) / 2
+    xs = []
+    for m in mids:
+        x = np.float32(m * np.float32(scale))
+        for k in range(-4, 5):
+            xs.append(x)
+            x = np.nextafter(x, np.float32(np.inf if k >= 0 else 0), dtype=np.float32)
+    xs = np.array(xs, dtype=np.float32)
+    return np.concatenate([xs, -xs])
+
+
+@pytest.mark.parametrize("scale", [0.1, 0.3, 3.7])
+def test_fp8_writers_store_x_divided_by_scale(scale):
+    """Both fp8 writers store e4m3(x / scale), a true float32 division."""
+    xs = e4m3_midpoint_inputs(scale)
+    n, d = len(xs), 64
+    recip = npref.e4m3_encode(xs * (np.float32(1) / np.float32(scale)))
+    want = npref.encode(xs, "fp8_e4m3", scale)
+    assert (recip != want).any()  # the inputs tell the two roundings apart
+
+    config = tripath.KvCacheConfig(num_blocks=n, block_size=1, num_kv_heads=1, head_dim=d,
+                                   dtype="fp8_e4m3", layout="nhd", k_scale=scale,
+                                   v_scale=scale / 2)
+    k_cache = np.full(config.shape(), 0x7F, np.uint8)
+    v_cache = k_cache.copy()
+    k = np.repeat(xs[:, None, None], d, axis=2)
+    v = np.ascontiguousarray(k[::-1])
+    tripath.write_kv_cache(config, k_cache, v_cache, k, v, np.arange(n, dtype=np.int64))
+    np.testing.assert_array_equal(k_cache.reshape(n, d), np.repeat(want[:, None], d, axis=1))
+    np.testing.assert_array_equal(v_cache.reshape(n, d),
+                                  npref.encode(v.reshape(n, d), "fp8_e4m3", scale / 2))
+
+    mla = tripath.MlaCacheConfig(num_blocks=n, block_size=1, dtype="fp8_e4m3", scale=scale)
+    latent_cache = np.full((n, 1, npref.ENTRY), 0x7F, np.uint8)
+    latent = np.repeat(xs[:, None], npref.ENTRY, axis=1)
+    tripath.write_mla_cache(mla, latent_cache, latent, np.arange(n, dtype=np.int64))
+    np.testing.assert_array_equal(latent_cache.reshape(n, npref.ENTRY),
+                                  np.repeat(want[:, None], npref.ENTRY, axis=1))
 
 
 @pytest.mark.parametrize("feature", ["gqa8", "mqa", "window", "softcap", "sinks", "scale",
@@ -232,6 +278,37 @@ def test_attention_direct_and_three_path_agree():
     assert_close(lse2, s.to_ordered(lse1), 1e-5, 1e-5)
     with pytest.raises(ValueError, match="ordered"):
         tripath.attention_three_path(s.plan, s.config, s.q, k_cache, v_cache, out2)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "fp8_e4m3"])
+def test_unordered_run_equals_ordered_run_reordered(dtype):
+    """The unordered step through the reference backend (caller-order rows: request r at
+    cu_seqlens_q[r]) equals the same step ordered, its inputs and outputs moved by
+    reorder_token_rows: the same cache bits, and the direct definition gives the same bits."""
+    scales = (0.1, 0.3) if dtype == "fp8_e4m3" else (1.0, 1.0)
+    s = Step(seed=17, dtype=dtype, layout="tiled", k_scale=scales[0], v_scale=scales[1])
+    assert not s.plan.is_ordered
+    cu = s.plan.cu_seqlens_q
+    for r in range(len(s.query)):
+        np.testing.assert_array_equal(s.q[cu[r]: cu[r + 1]], s.q_rows[r].astype(np.float32))
+    want_k, want_v = s.expected_caches()
+    ordered = s.ordered()
+
+    k1, v1 = s.k_cache.copy(), s.v_cache.copy()
+    out1, lse1 = s.outputs()
+    tripath.run_attention("reference", s.plan, s.config, s.q, s.k, s.v, k1, v1, out1, lse1)
+    k2, v2 = s.k_cache.copy(), s.v_cache.copy()
+    out2, lse2 = s.outputs()
+    tripath.run_attention("reference", ordered, s.config, s.to_ordered(s.q), s.to_ordered(s.k),
+                          s.to_ordered(s.v), k2, v2, out2, lse2)
+    assert same_bits(k1, want_k) and same_bits(v1, want_v)
+    assert same_bits(k2, want_k) and same_bits(v2, want_v)
+    assert_close(out2, s.to_ordered(out1), 1e-4, 2e-5)
+    assert_close(lse2, s.to_ordered(lse1), 1e-5, 2e-5)
+
+    out3, lse3 = s.outputs()
+    tripath.attention_direct(ordered, s.config, s.to_ordered(s.q), k1, v1, out3, lse3)
+    assert same_bits(out3, s.to_ordered(out1)) and same_bits(lse3, s.to_ordered(lse1))
 
 
 def test_readonly_inputs_are_accepted():

@@ -129,10 +129,21 @@ def test_plan_properties(seed):
     np.testing.assert_array_equal(plan2.slot_mapping,
                                   tripath.reorder_token_rows(plan, plan.slot_mapping))
     np.testing.assert_array_equal(plan2.query_lens, query[plan.order])
+    # Its layout is this plan's (caller-order) layout permuted by plan.order.
+    np.testing.assert_array_equal(plan2.context_lens, plan.context_lens[plan.order])
+    np.testing.assert_array_equal(plan2.classes, plan.classes[plan.order])
+    np.testing.assert_array_equal(plan2.block_table, plan.block_table[plan.order])
+    np.testing.assert_array_equal(plan2.cu_seqlens_q,
+                                  np.concatenate([[0], np.cumsum(plan.query_lens[plan.order])]))
+    assert plan2.num_tokens == plan.num_tokens
+    # Identical path ranges, extend chunks and decode splits: both describe the ordered batch.
     for field in ("decode", "extend", "prefill"):
         assert getattr(plan2, field) == getattr(plan, field)
-    np.testing.assert_array_equal(plan2.split_kv_len, plan.split_kv_len)
-    np.testing.assert_array_equal(plan2.chunk_kv_len, plan.chunk_kv_len)
+    assert plan2.num_chunks == plan.num_chunks and plan2.split_tokens == plan.split_tokens
+    assert plan2.num_splits == plan.num_splits
+    for field in ("chunk_kv_start", "chunk_kv_len", "chunk_cu_kv", "decode_cu_splits",
+                  "split_request", "split_kv_start", "split_kv_len"):
+        np.testing.assert_array_equal(getattr(plan2, field), getattr(plan, field), err_msg=field)
 
 
 def test_plan_accepts_lists_and_ragged_rows():

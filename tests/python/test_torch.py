@@ -53,10 +53,15 @@ def test_torch_cuda_roundtrip():
     assert _tripath.tensor_info(x.view(torch.int16), cache_dtype="bf16")["dtype"] == "bf16"
 
     s = Step(seed=9, dtype="bf16", layout="nhd")
-    cuda = {name: torch.from_numpy(np.ascontiguousarray(a)).to(dev)
-            for name, a in dict(q=s.q, k=s.k, v=s.v, k_cache=s.k_cache.view(np.int16),
-                                v_cache=s.v_cache.view(np.int16)).items()}
-    cuda["out"] = torch.full((s.plan.num_tokens, s.hq, s.d), float("nan"), device=dev)
+    # CUDA backends take bf16/f16 q/k/v/out: the expected values use the same bf16 queries.
+    bf16 = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(torch.bfloat16)  # noqa: E731
+    s.q_rows = [bf16(rows).double().numpy() for rows in s.q_rows]
+    cuda = {name: bf16(a).to(dev) for name, a in dict(q=s.q, k=s.k, v=s.v).items()}
+    cuda.update({name: torch.from_numpy(np.ascontiguousarray(a)).to(dev)
+                 for name, a in dict(k_cache=s.k_cache.view(np.int16),
+                                     v_cache=s.v_cache.view(np.int16)).items()})
+    cuda["out"] = torch.full((s.plan.num_tokens, s.hq, s.d), float("nan"), device=dev,
+                             dtype=torch.bfloat16)
     cuda["lse"] = torch.full((s.plan.num_tokens, s.hq), float("nan"), device=dev)
 
     # The CPU reference refuses CUDA memory with an error naming the device.
@@ -74,10 +79,11 @@ def test_torch_cuda_roundtrip():
         if backend.needs_ordered_batch():
             plan, want_o, want_l = s.ordered(), s.to_ordered(want_out), s.to_ordered(want_lse)
             for key in ("q", "k", "v"):
-                bufs[key] = torch.from_numpy(s.to_ordered(bufs[key].cpu().numpy())).to(dev)
+                rows = bufs[key].float().cpu().numpy()
+                bufs[key] = torch.from_numpy(s.to_ordered(rows)).to(dev, torch.bfloat16)
         tripath.run_attention(backend, plan, s.config, **bufs)
         torch.cuda.synchronize()
-        assert_close(bufs["out"].cpu().numpy(), want_o, 2e-2, 2e-2)
+        assert_close(bufs["out"].float().cpu().numpy(), want_o, 2e-2, 2e-2)
         assert_close(bufs["lse"].cpu().numpy(), want_l, 1e-3, 1e-3)
 
 
@@ -101,7 +107,9 @@ def test_torch_cuda_cache_write_and_merge():
         with pytest.raises(ValueError, match="cuda"):
             tripath.merge_states(to_dev(outs), to_dev(lses), out, lse)
         return
-    tripath.write_kv_cache(s.config, k_cache, v_cache, to_dev(s.k), to_dev(s.v), slots)
+    # The CUDA writer takes bf16/f16 rows; f32 -> bf16 rounds as the NumPy writer does.
+    tripath.write_kv_cache(s.config, k_cache, v_cache, to_dev(s.k).to(torch.bfloat16),
+                           to_dev(s.v).to(torch.bfloat16), slots)
     torch.cuda.synchronize()
     want_k, want_v = s.expected_caches()
     assert np.array_equal(k_cache.cpu().numpy().view(np.uint16), want_k)

@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t row = int64_t(token) * p.num_q_heads + h;
     const int lo = p.window_left >= 0 ? max(0, pos - p.window_left) : 0;
     const int hi = pos + 1;  // keys [lo, hi) are visible
-    for (int d = tid; d < D; d += kThreads) s_q[d] = to_float(static_cast<const T*>(p.q)[row * D + d]);
+    const T* q = static_cast<const T*>(p.q) + row * D;
+    for (int d = tid; d < D; d += kThreads) s_q[d] = to_float(q[d]);
     __syncthreads();
 
     float m = -INFINITY, l = 0.0f;  // running max (log2 units) and sum of exp2(s - m)
@@ -97,9 +98,9 @@ __global__ void __launch_bounds__(kThreads)
         for (int c = 0; c < num_chunks; ++c) {
           float kf[kElems];
           load_as_float<KvT, kElems>(k_cache + chunk_offset(key, c), kf);
-          const float* q = s_q + c * kElems;
+          const float* qc = s_q + c * kElems;
 #pragma unroll
-          for (int e = 0; e < kElems; ++e) dot += q[e] * kf[e];
+          for (int e = 0; e < kElems; ++e) dot += qc[e] * kf[e];
         }
         s = paged_decode::score_log2(dot, p.scale, p.softcap);
       }

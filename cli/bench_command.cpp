@@ -55,6 +55,7 @@ struct Options {
   long long warmup = kGpuWarmup;
   long long seed = 0;
   long long block_size = 16;
+  long long split_waves = StepInput{}.split_waves;
   bool verify = false;
 };
 
@@ -440,6 +441,8 @@ int run_bench(const std::vector<std::string>& args) {
                    "KV cache dtype (q and outputs are bf16 when the cache is fp8)");
   flags.add_choice("layout", &o.layout, {"nhd", "hnd", "tiled"}, "KV cache layout (MHA)");
   flags.add_int("block-size", &o.block_size, 1, 256, "tokens per cache block, a power of two");
+  flags.add_int("split-waves", &o.split_waves, 1, 64,
+                "decode split-KV target: work items = waves x work units (StepInput::split_waves)");
   if (!flags.parse(args)) {
     std::cout << flags.usage();
     return 0;
@@ -499,6 +502,7 @@ int run_bench(const std::vector<std::string>& args) {
   }
   settings.block_size = static_cast<int>(o.block_size);
   settings.seed = static_cast<uint64_t>(o.seed);
+  settings.split_waves = static_cast<int>(o.split_waves);
   settings.num_work_units =
       any_gpu_backend && info.gpu_sm_count > 0 ? info.gpu_sm_count : std::max(1, info.num_threads);
 
@@ -567,6 +571,7 @@ int run_bench(const std::vector<std::string>& args) {
                        {"warmup", o.warmup},
                        {"repeats", o.repeats},
                        {"num_work_units", settings.num_work_units},
+                       {"split_waves", settings.split_waves},
                        {"timer", timer_name},
                        {"verify", o.verify},
                        {"tolerance", o.tolerance}};

@@ -140,6 +140,7 @@ PlannedStep plan_random_step(const StepLengths& lengths, int num_kv_heads,
   input.num_cache_blocks = num_blocks;
   input.block_size = settings.block_size;
   input.num_work_units = settings.num_work_units;
+  input.split_waves = settings.split_waves;
   input.num_kv_heads = num_kv_heads;
 
   StepPlan plan = plan_step(input);

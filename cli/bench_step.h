@@ -39,6 +39,7 @@ struct StepSettings {
   int block_size = 16;
   uint64_t seed = 0;
   int num_work_units = 1;    // StepInput::num_work_units: threads on a CPU, SMs on a GPU
+  int split_waves = StepInput{}.split_waves;  // StepInput::split_waves (decode split-KV target)
   double pool_factor = 1.5;  // cache blocks allocated / blocks needed
 };
 

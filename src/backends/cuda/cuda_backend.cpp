@@ -13,6 +13,31 @@ namespace tripath {
 
 std::string cuda_specializations_text() { return kernels::unified_built_text(); }
 
+namespace {
+
+// New K/V rows -> cache slots on the device (validated by the caller).
+void launch_cache_write(const KvCacheView& cache, const TensorView& k, const TensorView& v,
+                        const int64_t* slot_mapping, int64_t num_tokens, cudaStream_t stream) {
+  const KvCacheConfig& c = cache.config;
+  const bool fp8 = c.dtype == DType::kFP8E4M3;
+  kernels::CacheWriteParams w{};
+  w.k = k.data;
+  w.v = v.data;
+  w.k_cache = cache.k.data;
+  w.v_cache = cache.v.data;
+  w.slot_mapping = slot_mapping;
+  w.num_tokens = num_tokens;
+  w.num_kv_heads = c.num_kv_heads;
+  w.head_dim = c.head_dim;
+  w.block_size = c.block_size;
+  w.layout = static_cast<int32_t>(c.layout);
+  w.k_scale = fp8 ? c.k_scale : 1.0f;
+  w.v_scale = fp8 ? c.v_scale : 1.0f;
+  TRIPATH_CUDA_CHECK(kernels::launch_cache_write(w, k.dtype, c.dtype, stream));
+}
+
+}  // namespace
+
 void validate_cuda_attention_call(const StepPlan& plan, const AttentionParams& params,
                                   const AttentionInputs& in, const char* backend) {
   validate_attention_call(plan, params, in, Device::kCUDA);
@@ -64,23 +89,42 @@ void CudaAttentionBackend::run(const StepPlan& plan, const AttentionParams& para
                     "the geometry the plan was prepared for");
   const cudaStream_t stream = static_cast<cudaStream_t>(in.stream);
   if (in.k.defined()) {
-    kernels::CacheWriteParams w{};
-    w.k = in.k.data;
-    w.v = in.v.data;
-    w.k_cache = in.cache.k.data;
-    w.v_cache = in.cache.v.data;
-    w.slot_mapping = arena_.at<int64_t>(offsets_.slot_mapping);
-    w.num_tokens = plan.num_tokens;
-    w.num_kv_heads = params.num_kv_heads;
-    w.head_dim = params.head_dim;
-    w.block_size = in.cache.config.block_size;
-    w.layout = static_cast<int32_t>(in.cache.config.layout);
-    const bool fp8 = in.cache.config.dtype == DType::kFP8E4M3;
-    w.k_scale = fp8 ? in.cache.config.k_scale : 1.0f;
-    w.v_scale = fp8 ? in.cache.config.v_scale : 1.0f;
-    TRIPATH_CUDA_CHECK(kernels::launch_cache_write(w, in.k.dtype, in.cache.config.dtype, stream));
+    launch_cache_write(in.cache, in.k, in.v, arena_.at<int64_t>(offsets_.slot_mapping),
+                       plan.num_tokens, stream);
   }
   launch(plan, params, in, stream);
+}
+
+kernels::UnifiedParams CudaAttentionBackend::unified_params(const StepPlan& plan,
+                                                            const AttentionParams& params,
+                                                            const AttentionInputs& in) const {
+  const KvCacheConfig& c = in.cache.config;
+  const bool fp8 = c.dtype == DType::kFP8E4M3;
+  kernels::UnifiedParams p{};
+  p.q = in.q.data;
+  p.out = in.out.data;
+  p.lse = in.lse.defined() ? in.lse.ptr<float>() : nullptr;
+  p.k_cache = in.cache.k.data;
+  p.v_cache = in.cache.v.data;
+  p.sinks = in.sinks.defined() ? in.sinks.ptr<float>() : nullptr;
+  p.block_table = arena_.at<int32_t>(offsets_.block_table);
+  p.cu_seqlens_q = arena_.at<int32_t>(offsets_.cu_seqlens_q);
+  p.context_lens = arena_.at<int32_t>(offsets_.context_lens);
+  p.num_tokens = static_cast<int32_t>(plan.num_tokens);
+  p.num_q_heads = params.num_q_heads;
+  p.num_kv_heads = params.num_kv_heads;
+  p.rows_per_token = params.num_q_heads / params.num_kv_heads;
+  p.max_blocks_per_request = plan.max_blocks_per_request;
+  p.block_size = c.block_size;
+  p.log2_block_size = 0;
+  while ((1 << p.log2_block_size) < c.block_size) ++p.log2_block_size;
+  p.layout = static_cast<int32_t>(c.layout);
+  p.window_left = params.window_left;
+  p.score_scale = params.effective_scale() * (fp8 ? c.k_scale : 1.0f);
+  p.scale_log2 = p.score_scale * 1.4426950408889634f;
+  p.softcap = params.softcap;
+  p.v_scale = fp8 ? c.v_scale : 1.0f;
+  return p;
 }
 
 void cuda_write_kv_cache(const KvCacheView& cache, const TensorView& k, const TensorView& v,
@@ -94,22 +138,8 @@ void cuda_write_kv_cache(const KvCacheView& cache, const TensorView& k, const Te
   TRIPATH_CHECK_ARG(v.dtype == k.dtype, "v", dtype_name(v.dtype), "the dtype of k");
   TRIPATH_CHECK_ARG(c.dtype == k.dtype || c.dtype == DType::kFP8E4M3, "cache.dtype",
                     dtype_name(c.dtype), std::string(dtype_name(k.dtype)) + " or fp8_e4m3");
-  kernels::CacheWriteParams w{};
-  w.k = k.data;
-  w.v = v.data;
-  w.k_cache = cache.k.data;
-  w.v_cache = cache.v.data;
-  w.slot_mapping = static_cast<const int64_t*>(slot_mapping.data);
-  w.num_tokens = n;
-  w.num_kv_heads = c.num_kv_heads;
-  w.head_dim = c.head_dim;
-  w.block_size = c.block_size;
-  w.layout = static_cast<int32_t>(c.layout);
-  const bool fp8 = c.dtype == DType::kFP8E4M3;
-  w.k_scale = fp8 ? c.k_scale : 1.0f;
-  w.v_scale = fp8 ? c.v_scale : 1.0f;
-  TRIPATH_CUDA_CHECK(
-      kernels::launch_cache_write(w, k.dtype, c.dtype, static_cast<cudaStream_t>(stream)));
+  launch_cache_write(cache, k, v, static_cast<const int64_t*>(slot_mapping.data), n,
+                     static_cast<cudaStream_t>(stream));
 }
 
 void cuda_merge_states(const TensorView& outs, const TensorView& lses, const TensorView& out,

@@ -6,6 +6,7 @@
 
 #include "device_plan.h"
 #include "tripath/backend.h"
+#include "unified/params.h"
 
 namespace tripath {
 
@@ -29,6 +30,10 @@ class CudaAttentionBackend : public AttentionBackend {
 
   const DeviceArena& arena() const { return arena_; }
   const DevicePlanOffsets& offsets() const { return offsets_; }
+  // The unified kernel's parameters for this call, but for the work list and partial buffers
+  // (shared by unified and two_path's prefix-prefill path).
+  kernels::UnifiedParams unified_params(const StepPlan& plan, const AttentionParams& params,
+                                        const AttentionInputs& in) const;
 
  private:
   DeviceArena arena_;

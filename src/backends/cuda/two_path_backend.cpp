@@ -16,12 +16,6 @@
 namespace tripath {
 namespace {
 
-int log2_int(int x) {
-  int l = 0;
-  while ((1 << l) < x) ++l;
-  return l;
-}
-
 class TwoPathBackend final : public CudaAttentionBackend {
  public:
   const char* name() const override { return "two_path"; }
@@ -72,31 +66,10 @@ class TwoPathBackend final : public CudaAttentionBackend {
     const float* sinks = in.sinks.defined() ? in.sinks.ptr<float>() : nullptr;
 
     if (num_items_ > 0) {  // extend + prefill: the prefix-prefill kernel
-      kernels::UnifiedParams p{};
-      p.q = in.q.data;
-      p.out = in.out.data;
-      p.lse = lse;
-      p.k_cache = in.cache.k.data;
-      p.v_cache = in.cache.v.data;
-      p.sinks = sinks;
-      p.block_table = block_table;
-      p.cu_seqlens_q = cu_seqlens_q;
-      p.context_lens = context_lens;
+      kernels::UnifiedParams p = unified_params(plan, params, in);
       p.items = arena().at<kernels::UnifiedWorkItem>(items_offset_);
       p.num_items = num_items_;
-      p.num_tokens = static_cast<int32_t>(plan.num_tokens);
-      p.num_q_heads = params.num_q_heads;
-      p.num_kv_heads = params.num_kv_heads;
-      p.rows_per_token = 1;
-      p.max_blocks_per_request = plan.max_blocks_per_request;
-      p.block_size = c.block_size;
-      p.log2_block_size = log2_int(c.block_size);
-      p.layout = static_cast<int32_t>(c.layout);
-      p.window_left = params.window_left;
-      p.score_scale = score_scale;
-      p.scale_log2 = score_scale * 1.4426950408889634f;
-      p.softcap = params.softcap;
-      p.v_scale = v_scale;
+      p.rows_per_token = 1;  // no GQA packing: one query head per block, as the legacy kernel
       TRIPATH_CUDA_CHECK(kernels::launch_unified(params.head_dim, in.q.dtype, c.dtype, p,
                                                  kernels::kRows64, stream));
     }

@@ -14,12 +14,6 @@
 namespace tripath {
 namespace {
 
-int log2_int(int x) {
-  int l = 0;
-  while ((1 << l) < x) ++l;
-  return l;
-}
-
 class UnifiedBackend final : public CudaAttentionBackend {
  public:
   const char* name() const override { return "unified"; }
@@ -80,38 +74,14 @@ class UnifiedBackend final : public CudaAttentionBackend {
   void launch(const StepPlan& plan, const AttentionParams& params, const AttentionInputs& in,
               cudaStream_t stream) override {
     if (num_items_ == 0) return;
-    const KvCacheConfig& c = in.cache.config;
-    const bool fp8 = c.dtype == DType::kFP8E4M3;
-    const float k_scale = fp8 ? c.k_scale : 1.0f;
-    kernels::UnifiedParams p{};
-    p.q = in.q.data;
-    p.out = in.out.data;
-    p.lse = in.lse.defined() ? in.lse.ptr<float>() : nullptr;
-    p.k_cache = in.cache.k.data;
-    p.v_cache = in.cache.v.data;
+    kernels::UnifiedParams p = unified_params(plan, params, in);
     p.partial_out = split_ ? workspace_.as<float>() : nullptr;
     p.partial_lse = split_ ? workspace_.as<float>(lse_offset_) : nullptr;
-    p.sinks = in.sinks.defined() ? in.sinks.ptr<float>() : nullptr;
-    p.block_table = arena().at<int32_t>(offsets().block_table);
-    p.cu_seqlens_q = arena().at<int32_t>(offsets().cu_seqlens_q);
-    p.context_lens = arena().at<int32_t>(offsets().context_lens);
     p.items = arena().at<kernels::UnifiedWorkItem>(items_offset_);
     p.num_items = num_items_;
-    p.num_tokens = static_cast<int32_t>(plan.num_tokens);
-    p.num_q_heads = params.num_q_heads;
-    p.num_kv_heads = params.num_kv_heads;
-    p.rows_per_token = params.num_q_heads / params.num_kv_heads;
-    p.max_blocks_per_request = plan.max_blocks_per_request;
-    p.block_size = c.block_size;
-    p.log2_block_size = log2_int(c.block_size);
-    p.layout = static_cast<int32_t>(c.layout);
-    p.window_left = params.window_left;
-    p.score_scale = params.effective_scale() * k_scale;
-    p.scale_log2 = p.score_scale * 1.4426950408889634f;
-    p.softcap = params.softcap;
-    p.v_scale = fp8 ? c.v_scale : 1.0f;
     TRIPATH_CUDA_CHECK(
-        kernels::launch_unified(params.head_dim, in.q.dtype, c.dtype, p, tile_, stream));
+        kernels::launch_unified(params.head_dim, in.q.dtype, in.cache.config.dtype, p, tile_,
+                                stream));
     if (split_) {
       kernels::MergeParams m{};
       m.part_out = p.partial_out;

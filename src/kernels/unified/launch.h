@@ -20,4 +20,10 @@ std::string unified_built_text();
 cudaError_t launch_unified(int head_dim, DType q, DType kv, const UnifiedParams& p,
                            UnifiedTile tile, cudaStream_t stream);
 
+// MLA's non-absorbed attention: q/k head dim 192, v head dim 128 (DeepSeek-V3/R1), bf16 q/k/v,
+// 64-row tiles. k_cache [.., 192] and v_cache [.., 128] rows are addressed like an NHD cache of
+// num_kv_heads heads with those head dims (a contiguous decompressed workspace is an NHD cache
+// whose block table is the identity).
+cudaError_t launch_unified_mla(const UnifiedParams& p, cudaStream_t stream);
+
 }  // namespace tripath::kernels

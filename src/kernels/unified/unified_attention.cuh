@@ -13,7 +13,8 @@
 // Items with split >= 0 write (normalized output, natural LSE) partials that merge_states
 // combines (and applies sinks to); others write the final output, sinks and LSE directly.
 // Specializations: head dim x q dtype (bf16, f16) x KV dtype (q dtype, fp8 e4m3), generated from
-// the table in src/kernels/CMakeLists.txt. Tests: tests/cpp/test_gpu_backends.cpp; benchmark:
+// the table in src/kernels/CMakeLists.txt; plus q/k 192 with v 128 in bf16 for MLA's
+// non-absorbed path (unified_mla.cu). Tests: tests/cpp/test_gpu_backends.cpp; benchmark:
 // `tripath bench --backend=unified`.
 #pragma once
 
@@ -27,7 +28,7 @@
 
 namespace tripath::kernels {
 
-template <int D, typename T, typename KvT, int kWarpsM>
+template <int D, int DV, typename T, typename KvT, int kWarpsM>
 struct UnifiedConfig {
   static constexpr int kThreads = 128;
   static constexpr int kWarpsN = 4 / kWarpsM;
@@ -35,32 +36,36 @@ struct UnifiedConfig {
   static constexpr int kN = 64;                  // keys per tile
   static constexpr int kKeysPerWarp = kN / kWarpsN;
   static constexpr int kStride = D + 8;          // +16 bytes per row: conflict-free ldmatrix
+  static constexpr int kStrideV = DV + 8;
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
   static constexpr int kStagesT = kFp8 ? 1 : 2;  // fp8: 2 raw stages, widened into 1 tile
   static constexpr bool kQInRegs = D <= 128;
   static constexpr size_t kSmemQ = size_t(kM) * kStride * sizeof(T);
-  static constexpr size_t kSmemKV = size_t(kStagesT) * kN * kStride * sizeof(T);
-  static constexpr size_t kSmemRaw = kFp8 ? size_t(2) * kN * D : 0;
-  static constexpr size_t kSmemReduce = size_t(kWarpsN) * 16 * (D + 2) * sizeof(float);
+  static constexpr size_t kSmemK = size_t(kStagesT) * kN * kStride * sizeof(T);
+  static constexpr size_t kSmemV = size_t(kStagesT) * kN * kStrideV * sizeof(T);
+  static constexpr size_t kSmemRawK = kFp8 ? size_t(2) * kN * D : 0;
+  static constexpr size_t kSmemRawV = kFp8 ? size_t(2) * kN * DV : 0;
+  static constexpr size_t kSmemTiles = kSmemK + kSmemV + kSmemRawK + kSmemRawV;
+  static constexpr size_t kSmemReduce = size_t(kWarpsN) * 16 * (DV + 2) * sizeof(float);
   static constexpr size_t kSmemBytes =
-      kSmemQ + (2 * kSmemKV + 2 * kSmemRaw > kSmemReduce ? 2 * kSmemKV + 2 * kSmemRaw
-                                                          : kSmemReduce);
+      kSmemQ + (kSmemTiles > kSmemReduce ? kSmemTiles : kSmemReduce);
 };
 
-template <int D, typename T, typename KvT, int kWarpsM>
+template <int D, int DV, typename T, typename KvT, int kWarpsM>
 __global__ void __launch_bounds__(128)
     unified_attention_kernel(const __grid_constant__ UnifiedParams p) {
-  using Cfg = UnifiedConfig<D, T, KvT, kWarpsM>;
+  using Cfg = UnifiedConfig<D, DV, T, KvT, kWarpsM>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStride = Cfg::kStride, kKW = Cfg::kKeysPerWarp;
+  constexpr int kStrideV = Cfg::kStrideV;
   constexpr int kWarpsN = Cfg::kWarpsN;
   constexpr float kNegInf = -INFINITY;
 
   extern __shared__ __align__(128) unsigned char smem[];
   T* sQ = reinterpret_cast<T*>(smem);
   T* sK = reinterpret_cast<T*>(smem + Cfg::kSmemQ);
-  T* sV = reinterpret_cast<T*>(smem + Cfg::kSmemQ + Cfg::kSmemKV);
-  unsigned char* sRawK = smem + Cfg::kSmemQ + 2 * Cfg::kSmemKV;
-  unsigned char* sRawV = sRawK + Cfg::kSmemRaw;
+  T* sV = reinterpret_cast<T*>(smem + Cfg::kSmemQ + Cfg::kSmemK);
+  unsigned char* sRawK = smem + Cfg::kSmemQ + Cfg::kSmemK + Cfg::kSmemV;
+  unsigned char* sRawV = sRawK + Cfg::kSmemRawK;
 
   const UnifiedWorkItem it = p.items[blockIdx.x];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -89,34 +94,64 @@ __global__ void __launch_bounds__(128)
   cp_async_commit();
 
   auto load_tile = [&](int tile_start, int stage) {
-    if constexpr (Cfg::kFp8) {
-      constexpr int kRawChunks = D / 16;
-      for (int idx = tid; idx < kN * kRawChunks; idx += Cfg::kThreads) {
-        const int key = idx / kRawChunks, c = idx % kRawChunks, kabs = tile_start + key;
-        const bool valid = kabs < key_hi;
-        int64_t off = 0;
-        if (valid) {
-          off = kv_chunk_offset(p.layout, table[kabs >> p.log2_block_size],
-                                kabs & (p.block_size - 1), it.kv_head, c, p.block_size,
-                                p.num_kv_heads, D, 16);
+    if constexpr (D == DV) {
+      // K and V rows of one key share their address: one offset, two copies.
+      if constexpr (Cfg::kFp8) {
+        constexpr int kRawChunks = D / 16;
+        for (int idx = tid; idx < kN * kRawChunks; idx += Cfg::kThreads) {
+          const int key = idx / kRawChunks, c = idx % kRawChunks, kabs = tile_start + key;
+          const bool valid = kabs < key_hi;
+          int64_t off = 0;
+          if (valid) {
+            off = kv_chunk_offset(p.layout, table[kabs >> p.log2_block_size],
+                                  kabs & (p.block_size - 1), it.kv_head, c, p.block_size,
+                                  p.num_kv_heads, D, 16);
+          }
+          const int64_t dst = (int64_t(stage) * kN + key) * D + c * 16;
+          cp_async_16(sRawK + dst, static_cast<const fp8*>(p.k_cache) + off, valid);
+          cp_async_16(sRawV + dst, static_cast<const fp8*>(p.v_cache) + off, valid);
         }
-        const int64_t dst = (int64_t(stage) * kN + key) * D + c * 16;
-        cp_async_16(sRawK + dst, static_cast<const fp8*>(p.k_cache) + off, valid);
-        cp_async_16(sRawV + dst, static_cast<const fp8*>(p.v_cache) + off, valid);
+      } else {
+        for (int idx = tid; idx < kN * kChunks; idx += Cfg::kThreads) {
+          const int key = idx / kChunks, c = idx % kChunks, kabs = tile_start + key;
+          const bool valid = kabs < key_hi;
+          int64_t off = 0;
+          if (valid) {
+            off = kv_chunk_offset(p.layout, table[kabs >> p.log2_block_size],
+                                  kabs & (p.block_size - 1), it.kv_head, c, p.block_size,
+                                  p.num_kv_heads, D, 8);
+          }
+          const int dst = (stage * kN + key) * kStride + c * 8;
+          cp_async_16(sK + dst, static_cast<const T*>(p.k_cache) + off, valid);
+          cp_async_16(sV + dst, static_cast<const T*>(p.v_cache) + off, valid);
+        }
       }
     } else {
-      for (int idx = tid; idx < kN * kChunks; idx += Cfg::kThreads) {
-        const int key = idx / kChunks, c = idx % kChunks, kabs = tile_start + key;
+      // K rows hold D elements, V rows DV (MLA's non-absorbed 192/128); both addressed as
+      // 16-byte chunks of their own row length.
+      constexpr int kPer = Cfg::kFp8 ? 16 : 8;  // elements per 16-byte chunk
+      constexpr int kChunksK = D / kPer, kChunksV = DV / kPer;
+      for (int idx = tid; idx < kN * (kChunksK + kChunksV); idx += Cfg::kThreads) {
+        const bool is_v = idx >= kN * kChunksK;
+        const int local = is_v ? idx - kN * kChunksK : idx;
+        const int chunks = is_v ? kChunksV : kChunksK;
+        const int key = local / chunks, c = local % chunks, kabs = tile_start + key;
         const bool valid = kabs < key_hi;
         int64_t off = 0;
         if (valid) {
           off = kv_chunk_offset(p.layout, table[kabs >> p.log2_block_size],
                                 kabs & (p.block_size - 1), it.kv_head, c, p.block_size,
-                                p.num_kv_heads, D, 8);
+                                p.num_kv_heads, is_v ? DV : D, kPer);
         }
-        const int dst = (stage * kN + key) * kStride + c * 8;
-        cp_async_16(sK + dst, static_cast<const T*>(p.k_cache) + off, valid);
-        cp_async_16(sV + dst, static_cast<const T*>(p.v_cache) + off, valid);
+        const void* src = is_v ? p.v_cache : p.k_cache;
+        if constexpr (Cfg::kFp8) {
+          unsigned char* dst = is_v ? sRawV + (int64_t(stage) * kN + key) * DV
+                                    : sRawK + (int64_t(stage) * kN + key) * D;
+          cp_async_16(dst + c * 16, static_cast<const fp8*>(src) + off, valid);
+        } else {
+          T* dst = is_v ? sV + (stage * kN + key) * kStrideV : sK + (stage * kN + key) * kStride;
+          cp_async_16(dst + c * 8, static_cast<const T*>(src) + off, valid);
+        }
       }
     }
   };
@@ -145,9 +180,9 @@ __global__ void __launch_bounds__(128)
     row_pos[i] = ctx + (row_ok[i] ? gr / rpt : 0);
   }
 
-  float o[D / 8][4];
+  float o[DV / 8][4];
 #pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+  for (int dn = 0; dn < DV / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
 
   for (int j = 0; j < num_tiles; ++j) {
@@ -161,20 +196,23 @@ __global__ void __launch_bounds__(128)
     if constexpr (Cfg::kFp8) {
       // Widen the raw fp8 stage into the 16-bit tile the tensor cores read.
       const unsigned char* rk = sRawK + size_t(j % 2) * kN * D;
-      const unsigned char* rv = sRawV + size_t(j % 2) * kN * D;
+      const unsigned char* rv = sRawV + size_t(j % 2) * kN * DV;
       for (int idx = tid; idx < kN * D / 8; idx += Cfg::kThreads) {
         const int key = idx / (D / 8), c = idx % (D / 8);
         *reinterpret_cast<uint4*>(sK + key * kStride + c * 8) =
             fp8x8_to<T>(*reinterpret_cast<const uint2*>(rk + key * D + c * 8));
-        *reinterpret_cast<uint4*>(sV + key * kStride + c * 8) =
-            fp8x8_to<T>(*reinterpret_cast<const uint2*>(rv + key * D + c * 8));
+      }
+      for (int idx = tid; idx < kN * DV / 8; idx += Cfg::kThreads) {
+        const int key = idx / (DV / 8), c = idx % (DV / 8);
+        *reinterpret_cast<uint4*>(sV + key * kStrideV + c * 8) =
+            fp8x8_to<T>(*reinterpret_cast<const uint2*>(rv + key * DV + c * 8));
       }
       __syncthreads();
       tK = sK;
       tV = sV;
     } else {
       tK = sK + (j % 2) * kN * kStride;
-      tV = sV + (j % 2) * kN * kStride;
+      tV = sV + (j % 2) * kN * kStrideV;
     }
 
     float s[kKW / 8][4];
@@ -238,7 +276,7 @@ __global__ void __launch_bounds__(128)
       }
       l[i] = l[i] * alpha + sum;
 #pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
+      for (int dn = 0; dn < DV / 8; ++dn) {
         o[dn][2 * i] *= alpha;
         o[dn][2 * i + 1] *= alpha;
       }
@@ -253,9 +291,9 @@ __global__ void __launch_bounds__(128)
                              pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
       const int key = wn * kKW + kk * 16 + ((lane / 8) % 2) * 8 + lane % 8;
 #pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
+      for (int dp = 0; dp < DV / 16; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, tV + key * kStride + dp * 16 + (lane / 16) * 8);
+        ldmatrix_x4_trans(b, tV + key * kStrideV + dp * 16 + (lane / 16) * 8);
         mma_16816<T>(o[2 * dp], a, b[0], b[1]);
         mma_16816<T>(o[2 * dp + 1], a, b[2], b[3]);
       }
@@ -279,7 +317,7 @@ __global__ void __launch_bounds__(128)
     float value = lv > 0.0f ? ov / lv * p.v_scale : 0.0f;
     if (it.split >= 0) {
       const int64_t prow = int64_t(it.split) * p.num_tokens * p.num_q_heads + row;
-      p.partial_out[prow * D + d] = value;
+      p.partial_out[prow * DV + d] = value;
       if (d == 0) p.partial_lse[prow] = lse;
       return;
     }
@@ -290,13 +328,13 @@ __global__ void __launch_bounds__(128)
       value *= expf(lse - merged);
       lse = merged;
     }
-    static_cast<T*>(p.out)[row * D + d] = from_float<T>(value);
+    static_cast<T*>(p.out)[row * DV + d] = from_float<T>(value);
     if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
   };
 
   if constexpr (kWarpsN == 1) {
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
+    for (int dn = 0; dn < DV / 8; ++dn) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int i = e / 2;
@@ -305,15 +343,16 @@ __global__ void __launch_bounds__(128)
     }
   } else {
     // The warps hold the same 16 rows over different keys: combine through shared memory.
-    float* red_o = reinterpret_cast<float*>(smem + Cfg::kSmemQ);  // [kWarpsN][16][D]
-    float* red_m = red_o + kWarpsN * 16 * D;                       // [kWarpsN][16]
+    float* red_o = reinterpret_cast<float*>(smem + Cfg::kSmemQ);  // [kWarpsN][16][DV]
+    float* red_m = red_o + kWarpsN * 16 * DV;                      // [kWarpsN][16]
     float* red_l = red_m + kWarpsN * 16;
     __syncthreads();
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
+    for (int dn = 0; dn < DV / 8; ++dn) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        red_o[(wn * 16 + lane / 4 + 8 * (e / 2)) * D + dn * 8 + (lane % 4) * 2 + e % 2] = o[dn][e];
+        red_o[(wn * 16 + lane / 4 + 8 * (e / 2)) * DV + dn * 8 + (lane % 4) * 2 + e % 2] =
+            o[dn][e];
       }
     }
     if (lane % 4 == 0) {
@@ -324,8 +363,8 @@ __global__ void __launch_bounds__(128)
       }
     }
     __syncthreads();
-    for (int idx = tid; idx < 16 * D; idx += Cfg::kThreads) {
-      const int r = idx / D, d = idx % D;
+    for (int idx = tid; idx < 16 * DV; idx += Cfg::kThreads) {
+      const int r = idx / DV, d = idx % DV;
       float mx = kNegInf;
 #pragma unroll
       for (int w = 0; w < kWarpsN; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
@@ -335,15 +374,17 @@ __global__ void __launch_bounds__(128)
       for (int w = 0; w < kWarpsN; ++w) {
         const float f = exp2f(red_m[w * 16 + r] - base);
         lv += red_l[w * 16 + r] * f;
-        ov += red_o[(w * 16 + r) * D + d] * f;
+        ov += red_o[(w * 16 + r) * DV + d] * f;
       }
       store(r, d, ov, lv, base);
     }
   }
 }
 
-template <int D, typename T, typename KvT>
-cudaError_t launch_unified_impl(const UnifiedParams& p, UnifiedTile tile, cudaStream_t stream) {
+// Head dim D for q/k and DV for v (equal but for MLA's non-absorbed 192/128).
+template <int D, int DV, typename T, typename KvT>
+cudaError_t launch_attention_tiles(const UnifiedParams& p, UnifiedTile tile,
+                                   cudaStream_t stream) {
   if (p.num_items == 0) return cudaSuccess;
   auto launch = [&](auto kernel, size_t smem) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -353,10 +394,16 @@ cudaError_t launch_unified_impl(const UnifiedParams& p, UnifiedTile tile, cudaSt
     return cudaGetLastError();
   };
   if (tile == kRows16) {
-    return launch(unified_attention_kernel<D, T, KvT, 1>,
-                  UnifiedConfig<D, T, KvT, 1>::kSmemBytes);
+    return launch(unified_attention_kernel<D, DV, T, KvT, 1>,
+                  UnifiedConfig<D, DV, T, KvT, 1>::kSmemBytes);
   }
-  return launch(unified_attention_kernel<D, T, KvT, 4>, UnifiedConfig<D, T, KvT, 4>::kSmemBytes);
+  return launch(unified_attention_kernel<D, DV, T, KvT, 4>,
+                UnifiedConfig<D, DV, T, KvT, 4>::kSmemBytes);
+}
+
+template <int D, typename T, typename KvT>
+cudaError_t launch_unified_impl(const UnifiedParams& p, UnifiedTile tile, cudaStream_t stream) {
+  return launch_attention_tiles<D, D, T, KvT>(p, tile, stream);
 }
 
 }  // namespace tripath::kernels

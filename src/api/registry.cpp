@@ -21,7 +21,7 @@ struct Entry {
 };
 
 constexpr Entry kBackends[] = {
-    {"three_path", false, true, false}, {"unified", false, true, true},
+    {"three_path", false, true, true},  {"unified", false, true, true},
     {"two_path", false, true, true},    {"reference", false, false, true},
     {"mla", true, true, false},         {"mla_baseline", true, true, false},
     {"reference", true, false, true},
@@ -107,6 +107,7 @@ std::unique_ptr<AttentionBackend> create_attention_backend(std::string_view name
 #ifdef TRIPATH_WITH_CUDA
   if (resolved == "unified") return make_unified_backend();
   if (resolved == "two_path") return make_two_path_backend();
+  if (resolved == "three_path") return make_three_path_backend();
 #endif
   throw Error("tripath: attention backend '" + resolved + "' has no implementation in this build");
 }

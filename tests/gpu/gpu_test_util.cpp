@@ -49,7 +49,8 @@ std::vector<float> widen(const std::vector<uint16_t>& bits, DType dtype) {
 
 HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads, int head_dim,
                    int block_size, KvLayout layout, DType dtype, DType cache_dtype, bool ordered,
-                   int decode_threshold, int num_work_units, uint64_t seed) {
+                   int decode_threshold, int num_work_units, uint64_t seed,
+                   int64_t extend_chunk_budget) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   HostStep s;
@@ -79,6 +80,7 @@ HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads,
   s.input.decode_threshold = decode_threshold;
   s.input.num_work_units = num_work_units;
   s.input.num_kv_heads = kv_heads;
+  s.input.extend_chunk_budget = extend_chunk_budget;
   for (const ReqShape& r : reqs) {
     s.input.query_lens.push_back(r.query_len);
     s.input.context_lens.push_back(r.context_len);

@@ -80,7 +80,8 @@ struct HostStep {
 
 HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads, int head_dim,
                    int block_size, KvLayout layout, DType dtype, DType cache_dtype, bool ordered,
-                   int decode_threshold, int num_work_units, uint64_t seed);
+                   int decode_threshold, int num_work_units, uint64_t seed,
+                   int64_t extend_chunk_budget = 32768);
 
 // Relative L2 error of got vs want over all elements; NaN anywhere in got gives +inf.
 double rel_l2(const std::vector<float>& got, const std::vector<float>& want);

@@ -24,6 +24,7 @@ struct GpuCase {
   float softcap = 0.0f;
   bool sinks = false, lse = true, ordered = true;
   int threshold = 1;
+  int64_t chunk_budget = 32768;  // extend context tokens per chunk (three_path rounds)
   std::vector<ReqShape> reqs;
 };
 
@@ -38,7 +39,7 @@ std::vector<ReqShape> decode_step() {
 
 std::vector<GpuCase> all_cases() {
   std::vector<GpuCase> out;
-  for (const char* backend : {"unified", "two_path"}) {
+  for (const char* backend : {"unified", "two_path", "three_path"}) {
     const std::string b = backend;
     auto add = [&](GpuCase c, const std::string& name) {
       c.backend = b;
@@ -139,6 +140,20 @@ std::vector<GpuCase> all_cases() {
       c.ordered = false;
       std::reverse(c.reqs.begin(), c.reqs.end());
       if (b == "unified") add(c, "unordered");
+      // Many extend chunks (three_path merges one round per chunk), with a window and sinks.
+      c = base;
+      c.chunk_budget = 100;
+      c.reqs = {{70, 300}, {20, 1025}, {33, 5}, {1, 900}, {64, 0}};
+      add(c, "many_chunks");
+      c.window = 150;
+      c.sinks = true;
+      add(c, "many_chunks_window_sinks");
+      c = base;
+      c.chunk_budget = 4096;
+      c.hq = 8;
+      c.hkv = 1;
+      c.reqs = {{500, 40000}, {1, 30000}};
+      add(c, "extend_40k_chunked");
     }
   }
   return out;
@@ -191,7 +206,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
   auto backend = create_attention_backend(c.backend);
   const uint64_t seed = std::hash<std::string>{}(c.name);
   HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache,
-                         c.ordered, c.threshold, build_info().gpu_sm_count, seed);
+                         c.ordered, c.threshold, build_info().gpu_sm_count, seed, c.chunk_budget);
   const int64_t n = s.plan.num_tokens;
 
   // CPU reference (it writes its own copy of the cache first).
@@ -250,7 +265,7 @@ INSTANTIATE_TEST_SUITE_P(AllCases, GpuBackendTest, ::testing::ValuesIn(all_cases
 TEST(GpuGraph, CaptureAndReplay) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  for (const char* name : {"unified", "two_path"}) {
+  for (const char* name : {"unified", "two_path", "three_path"}) {
     for (bool decode_only : {true, false}) {
       SCOPED_TRACE(std::string(name) + (decode_only ? " decode" : " mixed"));
       GpuCase c;

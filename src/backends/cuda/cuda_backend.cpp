@@ -164,7 +164,7 @@ void cuda_merge_states(const TensorView& outs, const TensorView& lses, const Ten
   m.num_parts = static_cast<int32_t>(parts);
   m.heads = 1;
   m.dim = static_cast<int32_t>(dim);
-  m.part_rows = rows;
+  m.part_stride = rows;
   m.row_begin = 0;
   m.row_end = rows;
   TRIPATH_CUDA_CHECK(

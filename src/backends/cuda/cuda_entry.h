@@ -14,6 +14,7 @@ void cuda_merge_states(const TensorView& outs, const TensorView& lses, const Ten
 
 std::unique_ptr<AttentionBackend> make_unified_backend();
 std::unique_ptr<AttentionBackend> make_two_path_backend();
+std::unique_ptr<AttentionBackend> make_three_path_backend();
 
 // "64/bf16/bf16, ..." kernels this build compiled.
 std::string cuda_specializations_text();

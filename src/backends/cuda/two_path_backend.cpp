@@ -115,7 +115,7 @@ class TwoPathBackend final : public CudaAttentionBackend {
       m.num_parts = max_partitions_;
       m.heads = params.num_q_heads;
       m.dim = params.head_dim;
-      m.part_rows = plan.num_tokens * params.num_q_heads;
+      m.part_stride = plan.num_tokens * params.num_q_heads;
       m.row_begin = plan.decode.token_begin * params.num_q_heads;
       m.row_end = plan.decode.token_end * params.num_q_heads;
       TRIPATH_CUDA_CHECK(kernels::launch_merge_states(m, in.out.dtype, stream));

@@ -93,9 +93,9 @@ class UnifiedBackend final : public CudaAttentionBackend {
       m.num_parts = max_splits_;
       m.heads = params.num_q_heads;
       m.dim = params.head_dim;
-      m.part_rows = plan.num_tokens * params.num_q_heads;
+      m.part_stride = plan.num_tokens * params.num_q_heads;
       m.row_begin = 0;
-      m.row_end = m.part_rows;
+      m.row_end = m.part_stride;
       TRIPATH_CUDA_CHECK(kernels::launch_merge_states(m, in.out.dtype, stream));
     }
   }

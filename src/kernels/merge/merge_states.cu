@@ -16,7 +16,7 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
   if (row >= p.row_end) return;
   const int parts = p.token_parts != nullptr ? p.token_parts[row / p.heads] : p.num_parts;
   float mx = -INFINITY;
-  for (int i = 0; i < parts; ++i) mx = fmaxf(mx, p.part_lse[i * p.part_rows + row]);
+  for (int i = 0; i < parts; ++i) mx = fmaxf(mx, p.part_lse[i * p.part_stride + row]);
   const float sink = p.sinks != nullptr ? p.sinks[row % p.heads] : -INFINITY;
   mx = fmaxf(mx, sink);
   OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
@@ -27,15 +27,15 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
   }
   float total = p.sinks != nullptr ? expf(sink - mx) : 0.0f;
   for (int i = 0; i < parts; ++i) {
-    const float l = p.part_lse[i * p.part_rows + row];
+    const float l = p.part_lse[i * p.part_stride + row];
     if (l != -INFINITY) total += expf(l - mx);
   }
   const float inv = 1.0f / total;
   for (int d = lane; d < p.dim; d += 32) {
     float acc = 0.0f;
     for (int i = 0; i < parts; ++i) {
-      const float l = p.part_lse[i * p.part_rows + row];
-      if (l != -INFINITY) acc += expf(l - mx) * p.part_out[(i * p.part_rows + row) * p.dim + d];
+      const float l = p.part_lse[i * p.part_stride + row];
+      if (l != -INFINITY) acc += expf(l - mx) * p.part_out[(i * p.part_stride + row) * p.dim + d];
     }
     out[d] = from_float<OutT>(acc * inv);
   }

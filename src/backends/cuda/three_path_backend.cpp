@@ -1,0 +1,228 @@
+// three_path: each class of the ordered step on its own path (shared/DESIGN.md section 3).
+//  - decode: split-KV over the planner's partition (16-row tiles: one token x the GQA group
+//    when it fits), partial states merged (with sinks) by the merge kernel;
+//  - prefill: causal attention over the new tokens, final output written directly;
+//  - extend: the causal self-part, then the cached context one planner chunk at a time (at most
+//    extend_chunk_budget context tokens per round across the extend requests), each round
+//    merged into a running state: workspace is 3 x extend tokens x heads x (head dim + 1)
+//    floats whatever the context length.
+// Version 0 runs every path on the unified mma.sync tile kernel; the Hopper-native kernels
+// (wgmma/TMA prefill, hardware-layout decode) replace them path by path. All launches go to the
+// caller's stream; nothing allocates or synchronizes in run().
+#include <algorithm>
+
+#include "cuda_backend.h"
+#include "cuda_entry.h"
+#include "cuda_util.h"
+#include "merge/merge_states.h"
+#include "unified/launch.h"
+
+namespace tripath {
+namespace {
+
+using kernels::UnifiedWorkItem;
+
+// Row tiles of ordered request i against keys [kv_begin, kv_end), writing `split`. An empty
+// range still gets its blocks when it writes a partial state: they write LSE -inf (an empty
+// part), so a merge never reads a stale slot.
+void add_items(std::vector<UnifiedWorkItem>& items, const StepPlan& plan, int32_t i, int group,
+               int num_kv_heads, int rows_per_item, int32_t kv_begin, int32_t kv_end,
+               int32_t split) {
+  if (kv_end <= kv_begin && split < 0) return;
+  const int rows = plan.query_lens[i] * group;
+  for (int g = 0; g < num_kv_heads; ++g)
+    for (int rb = 0; rb < rows; rb += rows_per_item)
+      items.push_back({i, g, g * group, rb, kv_begin, kv_end, split, 0});
+}
+
+// Longest key ranges first, so the launch does not end on one long block.
+void longest_first(std::vector<UnifiedWorkItem>& items, size_t begin, const StepPlan& plan,
+                   int group, int rows_per_item) {
+  auto keys = [&](const UnifiedWorkItem& it) {
+    const int last = std::min(plan.query_lens[it.request] - 1, (it.row_begin + rows_per_item - 1) / group);
+    return std::min(it.kv_end, plan.context_lens[it.request] + last + 1) - it.kv_begin;
+  };
+  std::stable_sort(items.begin() + begin, items.end(),
+                   [&](const auto& a, const auto& b) { return keys(a) > keys(b); });
+}
+
+class ThreePathBackend final : public CudaAttentionBackend {
+ public:
+  const char* name() const override { return "three_path"; }
+  bool needs_ordered_batch() const override { return true; }
+
+ protected:
+  void prepare_work(const StepPlan& plan, const AttentionParams& params,
+                    DeviceArena& arena) override {
+    check_ordered(plan, name());
+    const int group = params.num_q_heads / params.num_kv_heads;
+    const int hkv = params.num_kv_heads;
+    std::vector<UnifiedWorkItem> items;
+    launches_.clear();
+
+    // Decode: the planner's splits; per-token part counts for the merge.
+    decode_tile_ = plan.max_query_len * group <= 16 ? kernels::kRows16 : kernels::kRows64;
+    int decode_rows = 16;
+    for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i)
+      if (plan.query_lens[i] * group > 16) decode_tile_ = kernels::kRows64;
+    if (decode_tile_ == kernels::kRows64) decode_rows = 64;
+    decode_splits_ = 0;
+    std::vector<int32_t> token_parts(static_cast<size_t>(plan.num_tokens), 0);
+    for (int32_t d = 0; d < plan.decode.num_requests(); ++d) {
+      const int32_t i = plan.decode.begin + d;
+      const int32_t first = plan.decode_cu_splits[d], count = plan.decode_cu_splits[d + 1] - first;
+      decode_splits_ = std::max(decode_splits_, count);
+      for (int32_t t = 0; t < plan.query_lens[i]; ++t) token_parts[plan.cu_seqlens_q[i] + t] = count;
+      for (int32_t s = 0; s < count; ++s) {
+        const int32_t start = plan.split_kv_start[first + s];
+        add_items(items, plan, i, group, hkv, decode_rows, start, start + plan.split_kv_len[first + s], s);
+      }
+    }
+    push_launch(items, decode_tile_, Launch::kDecode, -1);
+
+    // Prefill: final output, causal over the new tokens.
+    const size_t prefill_begin = items.size();
+    for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
+      add_items(items, plan, i, group, hkv, 64, 0, plan.seq_len(i), -1);
+    longest_first(items, prefill_begin, plan, group, 64);
+    push_launch(items, kernels::kRows64, Launch::kPrefill, -1);
+
+    // Extend: the self-part, then one round per planner chunk.
+    const size_t self_begin = items.size();
+    for (int32_t i = plan.extend.begin; i < plan.extend.end; ++i)
+      add_items(items, plan, i, group, hkv, 64, plan.context_lens[i], plan.seq_len(i), 0);
+    longest_first(items, self_begin, plan, group, 64);
+    push_launch(items, kernels::kRows64, Launch::kExtendSelf, -1);
+    const int32_t ne = plan.extend.num_requests();
+    for (int32_t c = 0; c < plan.num_chunks; ++c) {
+      const size_t round_begin = items.size();
+      for (int32_t e = 0; e < ne; ++e) {
+        const int32_t start = plan.chunk_kv_start[c * ne + e];
+        add_items(items, plan, plan.extend.begin + e, group, hkv, 64, start,
+                  start + plan.chunk_kv_len[c * ne + e], 0);
+      }
+      longest_first(items, round_begin, plan, group, 64);
+      push_launch(items, kernels::kRows64, Launch::kExtendChunk, c);
+    }
+    items_offset_ = arena.add(items);
+    token_parts_offset_ = arena.add(token_parts);
+
+    // Workspace: decode partials [splits, decode tokens, heads, dim (+1 lse)]; extend running
+    // states in three slots [extend tokens, heads, dim (+1)].
+    const size_t row_floats = static_cast<size_t>(params.head_dim) + 1;
+    decode_rows_total_ = static_cast<size_t>(plan.decode.num_tokens()) * params.num_q_heads;
+    extend_rows_total_ = static_cast<size_t>(plan.extend.num_tokens()) * params.num_q_heads;
+    decode_floats_ = decode_splits_ * decode_rows_total_ * row_floats;
+    const size_t total = decode_floats_ + 3 * extend_rows_total_ * row_floats;
+    workspace_.ensure(std::max<size_t>(total, 1) * sizeof(float));
+  }
+
+  void launch(const StepPlan& plan, const AttentionParams& params, const AttentionInputs& in,
+              cudaStream_t stream) override {
+    const int64_t hq = params.num_q_heads, dim = params.head_dim;
+    const DType kv = in.cache.config.dtype;
+    // Partial buffers are indexed by global token row (token * heads + head): offset the base
+    // so a path's first token lands at the buffer's start.
+    float* decode_out = workspace_.as<float>();
+    float* decode_lse = decode_out + decode_splits_ * decode_rows_total_ * dim;
+    float* ext = workspace_.as<float>() + decode_floats_;
+    float* slot_out[3];
+    float* slot_lse[3];
+    for (int k = 0; k < 3; ++k) {
+      slot_out[k] = ext + k * extend_rows_total_ * dim;
+      slot_lse[k] = ext + 3 * extend_rows_total_ * dim + k * extend_rows_total_;
+    }
+    const int64_t ext_row0 = plan.extend.token_begin * hq;
+    const int64_t dec_row0 = plan.decode.token_begin * hq;  // 0 in an ordered batch
+
+    int acc = 0;  // extend slot holding the running state
+    for (const Launch& l : launches_) {
+      kernels::UnifiedParams p = unified_params(plan, params, in);
+      p.items = arena().at<UnifiedWorkItem>(items_offset_) + l.first_item;
+      p.num_items = l.num_items;
+      if (l.kind == Launch::kDecode) {
+        p.partial_out = decode_out - dec_row0 * dim;
+        p.partial_lse = decode_lse - dec_row0;
+      } else if (l.kind != Launch::kPrefill) {
+        const int target = l.kind == Launch::kExtendSelf ? 0 : 2;  // a chunk lands in slot 2
+        p.partial_out = slot_out[target] - ext_row0 * dim;
+        p.partial_lse = slot_lse[target] - ext_row0;
+      }
+      // The partial buffers hold only this path's tokens: one "token block" per split slot.
+      if (l.kind == Launch::kDecode) p.num_tokens = static_cast<int32_t>(plan.decode.num_tokens());
+      TRIPATH_CUDA_CHECK(kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
+
+      if (l.kind == Launch::kDecode) {
+        kernels::MergeParams m{};
+        m.part_out = decode_out - dec_row0 * dim;
+        m.part_lse = decode_lse - dec_row0;
+        m.out = in.out.data;
+        m.lse = p.lse;
+        m.sinks = p.sinks;
+        m.token_parts = arena().at<int32_t>(token_parts_offset_);
+        m.num_parts = decode_splits_;
+        m.heads = params.num_q_heads;
+        m.dim = params.head_dim;
+        m.part_stride = static_cast<int64_t>(decode_rows_total_);
+        m.row_begin = dec_row0;
+        m.row_end = plan.decode.token_end * hq;
+        TRIPATH_CUDA_CHECK(kernels::launch_merge_states(m, in.out.dtype, stream));
+      } else if (l.kind == Launch::kExtendChunk) {
+        const bool last = l.chunk == plan.num_chunks - 1;
+        const int next = acc == 0 ? 1 : 0;
+        kernels::MergeParams m{};
+        m.part_out = slot_out[acc] - ext_row0 * dim;
+        m.part_lse = slot_lse[acc] - ext_row0;
+        // Part 1 (the chunk, slot 2) sits a signed distance away from the running state.
+        m.part_stride = (slot_lse[2] - slot_lse[acc]);
+        m.num_parts = 2;
+        m.heads = params.num_q_heads;
+        m.dim = params.head_dim;
+        m.row_begin = ext_row0;
+        m.row_end = plan.extend.token_end * hq;
+        if (last) {  // the final state: the output dtype, with sinks and LSE
+          m.out = in.out.data;
+          m.lse = p.lse;
+          m.sinks = p.sinks;
+          TRIPATH_CUDA_CHECK(kernels::launch_merge_states(m, in.out.dtype, stream));
+        } else {
+          m.out = slot_out[next] - ext_row0 * dim;
+          m.lse = slot_lse[next] - ext_row0;
+          TRIPATH_CUDA_CHECK(kernels::launch_merge_states(m, DType::kF32, stream));
+          acc = next;
+        }
+      }
+    }
+  }
+
+ private:
+  struct Launch {
+    enum Kind { kDecode, kPrefill, kExtendSelf, kExtendChunk } kind;
+    kernels::UnifiedTile tile;
+    int32_t first_item, num_items, chunk;
+  };
+
+  void push_launch(const std::vector<UnifiedWorkItem>& items, kernels::UnifiedTile tile,
+                   Launch::Kind kind, int32_t chunk) {
+    const int32_t first = launches_.empty()
+                              ? 0
+                              : launches_.back().first_item + launches_.back().num_items;
+    const int32_t count = static_cast<int32_t>(items.size()) - first;
+    if (count > 0) launches_.push_back({kind, tile, first, count, chunk});
+  }
+
+  kernels::UnifiedTile decode_tile_ = kernels::kRows16;
+  int32_t decode_splits_ = 0;
+  size_t decode_rows_total_ = 0, extend_rows_total_ = 0, decode_floats_ = 0;
+  size_t items_offset_ = 0, token_parts_offset_ = 0;
+  std::vector<Launch> launches_;
+  DeviceBuffer workspace_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionBackend> make_three_path_backend() {
+  return std::make_unique<ThreePathBackend>();
+}
+
+}  // namespace tripath

@@ -10,5 +10,6 @@ namespace tripath::cli {
 
 int run_info(const std::vector<std::string>& args);
 int run_bench(const std::vector<std::string>& args);
+int run_serve(const std::vector<std::string>& args);
 
 }  // namespace tripath::cli

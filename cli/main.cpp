@@ -1,5 +1,6 @@
 // tripath: the command-line tool. `tripath info` reports the build, the machine and the backend
-// selection; `tripath bench` times backends on the step workloads of shared/BENCH.md.
+// selection; `tripath bench` times backends on the step workloads of shared/BENCH.md; `tripath
+// serve` simulates continuous-batching serving on them (docs/serving.md).
 // Exit codes: 0 success, 1 failure, 2 usage mistake.
 #include <exception>
 #include <iostream>
@@ -20,6 +21,7 @@ constexpr const char* kUsage =
     "  info    version, build options, machine, every backend and what auto / the environment\n"
     "          select\n"
     "  bench   time backends on the shared/BENCH.md step workloads\n"
+    "  serve   simulate continuous-batching serving: TPS, TTFT, TPOT per backend\n"
     "  help    print this help\n"
     "\n"
     "`tripath <command> --help` lists a command's flags. `tripath --version` prints the version.\n";
@@ -37,6 +39,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "info") return tripath::cli::run_info(args);
     if (command == "bench") return tripath::cli::run_bench(args);
+    if (command == "serve") return tripath::cli::run_serve(args);
     if (command == "help" || command == "--help" || command == "-h") {
       std::cout << kUsage;
       return 0;
@@ -45,8 +48,8 @@ int main(int argc, char** argv) {
       std::cout << "tripath " << tripath::build_info().version << "\n";
       return 0;
     }
-    std::cerr << "tripath: unknown command '" << command << "'; valid commands: info, bench, help"
-              << "\n\n"
+    std::cerr << "tripath: unknown command '" << command
+              << "'; valid commands: info, bench, serve, help\n\n"
               << kUsage;
     return 2;
   } catch (const UsageError& e) {

@@ -57,6 +57,10 @@ void validate_mla_call(const StepPlan& plan, const MlaParams& params, const MlaI
 // asynchronous on `stream`). slot_mapping: [num_tokens] int64 on the tensors' device.
 void write_kv_cache(const KvCacheView& cache, const TensorView& k, const TensorView& v,
                     const TensorView& slot_mapping, void* stream = nullptr);
+// latent: [num_tokens, 576] new MLA cache rows (GPU: bf16, f16 or f32 into a bf16, f16 or fp8
+// cache; fp8 stores e4m3(x / scale) exactly as the CPU writer does).
+void write_mla_cache(const MlaCacheView& cache, const TensorView& latent,
+                     const TensorView& slot_mapping, void* stream = nullptr);
 void merge_states(const TensorView& outs, const TensorView& lses, const TensorView& out,
                   const TensorView& lse, void* stream = nullptr);
 

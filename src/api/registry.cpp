@@ -6,6 +6,7 @@
 #include "../reference/reference_backend.h"
 #ifdef TRIPATH_WITH_CUDA
 #include "../backends/cuda/cuda_entry.h"
+#include "../backends/cuda/mla_backends.h"
 #endif
 #include "tripath/backend.h"
 #include "tripath/error.h"
@@ -23,7 +24,7 @@ struct Entry {
 constexpr Entry kBackends[] = {
     {"three_path", false, true, true},  {"unified", false, true, true},
     {"two_path", false, true, true},    {"reference", false, false, true},
-    {"mla", true, true, false},         {"mla_baseline", true, true, false},
+    {"mla", true, true, true},          {"mla_baseline", true, true, true},
     {"reference", true, false, true},
 };
 
@@ -115,6 +116,10 @@ std::unique_ptr<AttentionBackend> create_attention_backend(std::string_view name
 std::unique_ptr<MlaBackend> create_mla_backend(std::string_view name) {
   const std::string resolved = resolve_backend(name, true);
   if (resolved == "reference") return make_reference_mla_backend();
+#ifdef TRIPATH_WITH_CUDA
+  if (resolved == "mla") return make_mla_backend();
+  if (resolved == "mla_baseline") return make_mla_baseline_backend();
+#endif
   throw Error("tripath: MLA backend '" + resolved + "' has no implementation in this build");
 }
 

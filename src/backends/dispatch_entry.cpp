@@ -5,6 +5,7 @@
 
 #ifdef TRIPATH_WITH_CUDA
 #include "cuda/cuda_entry.h"
+#include "cuda/mla_backends.h"
 #endif
 
 namespace tripath {
@@ -31,6 +32,23 @@ void write_kv_cache(const KvCacheView& cache, const TensorView& k, const TensorV
   cuda_write_kv_cache(cache, k, v, slot_mapping, stream);
 #else
   no_cuda("k");
+#endif
+}
+
+void write_mla_cache(const MlaCacheView& cache, const TensorView& latent,
+                     const TensorView& slot_mapping, void* stream) {
+  check_tensor(slot_mapping, "slot_mapping", {-1}, latent.device);
+  check_dtype(slot_mapping, "slot_mapping", {DType::kI64});
+  (void)stream;
+  if (latent.device == Device::kCPU) {
+    reference::write_mla_cache(cache, latent, static_cast<const int64_t*>(slot_mapping.data),
+                               slot_mapping.numel());
+    return;
+  }
+#ifdef TRIPATH_WITH_CUDA
+  cuda_write_mla_cache(cache, latent, slot_mapping, stream);
+#else
+  no_cuda("latent");
 #endif
 }
 

@@ -1,0 +1,365 @@
+// MLA absorbed decode with the heads packed in the MMA M dimension (the `mla` backend).
+//
+// What it computes: for the packed rows of one decode request (row = query token * heads +
+// head), softmax(scale * q[576] . latent[576]) over the keys of one split, times latent[:512];
+// a final output (bf16 + natural LSE) when the request has a single split, else a partial state
+// (normalized f32 output + natural LSE) that the merge kernel combines.
+//
+// Grid: one block per MlaDecodeWorkItem = (request, split, block of kM rows). All heads of a
+// token share one latent row, so each 64-key tile of latent is loaded once into shared memory
+// (cp.async, double-buffered; fp8 tiles land raw, two in flight, and are widened once) and
+// serves all kM rows: kM = 64 (8 warps) for 64+ rows, i.e. 128 heads = 2 blocks per split; 32 or
+// 16 (4 warps) for fewer (16 heads x 1 or 2 tokens), so small head counts do not pay for
+// padded MMA rows. Per tile:
+//   QK^T  S[kM x 64] over 576 dims on tensor cores (mma.sync m16n8k16); warp = (16-row M tile,
+//         group of 16 or 32 keys); Q and the tile are read by ldmatrix from XOR-swizzled rows.
+//   softmax  the row max crosses the key groups through shared memory; P goes to shared memory
+//         as bf16; the running max, rescale factor and row sum live in shared memory.
+//   PV    O[kM x 512] += P V with V = the tile's first 512 dims; each warp owns 512 / warps
+//         value dims of every row (64 or 128 dims, 128 or 64 f32 accumulators per thread), which
+//         is what keeps a 64 x 512 accumulator in registers without spills.
+// Shared memory (kM = 64): Q 72 KB + 2 tiles 144 KB + P 8 KB + stats: 226 KB, one block per SM.
+// Specializations: kMTiles {1, 2, 4} x cache {bf16, fp8 e4m3}, q bf16 (decode_packed_*.cu).
+// Tests: tests/gpu/test_gpu_mla.cpp; benchmark: `tripath bench --mla-backend=mla`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "common/device_math.cuh"
+#include "mla/params.h"
+
+namespace tripath::kernels {
+
+template <int kMTiles, typename CacheT>
+struct MlaPackedConfig {
+  static constexpr int kM = 16 * kMTiles;  // packed rows per block
+  static constexpr int kWarps = kMTiles == 4 ? 8 : 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kN = 64;                       // keys per tile
+  static constexpr int kQkGroups = kWarps / kMTiles;  // key groups of the QK^T warps
+  static constexpr int kKeysPerWarp = kN / kQkGroups;
+  static constexpr int kDimsPerWarp = kMlaLatent / kWarps;
+  static constexpr int kRowChunks = kMlaEntry / 8;  // 72 16-byte chunks per bf16 row
+  static constexpr bool kFp8 = std::is_same_v<CacheT, fp8>;
+  static constexpr size_t kSmemQ = size_t(kM) * kMlaEntry * sizeof(bf16);
+  static constexpr size_t kSmemTile = size_t(kN) * kMlaEntry * sizeof(bf16);
+  // bf16: two tile stages. fp8: one widened tile plus two raw stages of half its size.
+  static constexpr size_t kSmemTiles = 2 * kSmemTile;
+  static constexpr size_t kSmemP = size_t(kM) * kN * sizeof(bf16);
+  // row max and row sum per key group, running max (two parities), rescale factor, row sum.
+  static constexpr size_t kSmemStats = size_t(2 * kQkGroups + 4) * kM * sizeof(float);
+  static constexpr size_t kSmemBytes = kSmemQ + kSmemTiles + kSmemP + kSmemStats;
+  static_assert(kKeysPerWarp % 16 == 0 && kDimsPerWarp % 16 == 0, "warp tiles");
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
+};
+
+// Element offset of 16-byte chunk `chunk` of `row` in a tile of rows of kChunks chunks (a
+// multiple of 8) whose chunks are XOR-swizzled within each group of 8: the 8 rows an ldmatrix
+// reads at one logical chunk land in 8 different bank groups.
+template <int kChunks>
+__device__ __forceinline__ int mla_swizzle(int row, int chunk) {
+  static_assert(kChunks % 8 == 0, "swizzle groups of 8 chunks");
+  return row * kChunks * 8 + ((chunk & ~7) | ((chunk ^ row) & 7)) * 8;
+}
+
+template <int kMTiles, typename CacheT>
+__global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
+    mla_decode_packed_kernel(const __grid_constant__ MlaDecodeParams p) {
+  using Cfg = MlaPackedConfig<kMTiles, CacheT>;
+  constexpr int kM = Cfg::kM, kN = Cfg::kN, kKW = Cfg::kKeysPerWarp, kDW = Cfg::kDimsPerWarp;
+  constexpr int kGroups = Cfg::kQkGroups, kRC = Cfg::kRowChunks;
+  constexpr float kNegInf = -INFINITY;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  bf16* sQ = reinterpret_cast<bf16*>(smem);
+  unsigned char* sTiles = smem + Cfg::kSmemQ;
+  bf16* sP = reinterpret_cast<bf16*>(sTiles + Cfg::kSmemTiles);
+  float* sRowMax = reinterpret_cast<float*>(smem + Cfg::kSmemQ + Cfg::kSmemTiles + Cfg::kSmemP);
+  float* sRowSum = sRowMax + kGroups * kM;  // [kGroups][kM]
+  float* sMax = sRowSum + kGroups * kM;     // [2][kM]: running max of tile parity
+  float* sAlpha = sMax + 2 * kM;            // [kM]
+  float* sSum = sAlpha + kM;                // [kM]
+
+  const MlaDecodeWorkItem it = p.items[blockIdx.x];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int H = p.num_heads;
+  const int tok0 = p.cu_seqlens_q[it.request];
+  const int rows = (p.cu_seqlens_q[it.request + 1] - tok0) * H;
+  const int row_end = min(it.row_begin + kM, rows);
+  const int ctx = p.context_lens[it.request];
+  const int key_lo = it.kv_begin;
+  const int key_hi = min(it.kv_end, ctx + (row_end - 1) / H + 1);
+  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+  const int64_t row0 = int64_t(tok0) * H + it.row_begin;  // global row of local row 0
+
+  // Q rows (padding rows zero-filled), then the running softmax state.
+  for (int idx = tid; idx < kM * kRC; idx += Cfg::kThreads) {
+    const int r = idx / kRC, c = idx % kRC;
+    const bool valid = it.row_begin + r < row_end;
+    const bf16* src = static_cast<const bf16*>(p.q) + (valid ? (row0 + r) * kMlaEntry + c * 8 : 0);
+    cp_async_16(sQ + mla_swizzle<kRC>(r, c), src, valid);
+  }
+  if (tid < kM) {
+    sMax[tid] = kNegInf;
+    sSum[tid] = 0.0f;
+  }
+
+  auto row_of = [&](int key) {
+    return int64_t(table[key >> p.log2_block_size]) * p.block_size + (key & (p.block_size - 1));
+  };
+  // bf16: a tile into stage `stage`. fp8: raw rows (unswizzled) into raw stage `stage`.
+  auto load_tile = [&](int tile_start, int stage) {
+    if constexpr (Cfg::kFp8) {
+      constexpr int kRawChunks = kMlaEntry / 16;
+      unsigned char* raw = sTiles + Cfg::kSmemTile + size_t(stage) * kN * kMlaEntry;
+#pragma unroll 1
+      for (int idx = tid; idx < kN * kRawChunks; idx += Cfg::kThreads) {
+        const int key = idx / kRawChunks, c = idx % kRawChunks, kabs = tile_start + key;
+        const bool valid = kabs < key_hi;
+        const int64_t off = valid ? row_of(kabs) * kMlaEntry + c * 16 : 0;
+        cp_async_16(raw + key * kMlaEntry + c * 16, static_cast<const uint8_t*>(p.cache) + off,
+                    valid);
+      }
+    } else {
+      bf16* dst = reinterpret_cast<bf16*>(sTiles + size_t(stage) * Cfg::kSmemTile);
+#pragma unroll 1
+      for (int idx = tid; idx < kN * kRC; idx += Cfg::kThreads) {
+        const int key = idx / kRC, c = idx % kRC, kabs = tile_start + key;
+        const bool valid = kabs < key_hi;
+        const int64_t off = valid ? row_of(kabs) * kMlaEntry + c * 8 : 0;
+        cp_async_16(dst + mla_swizzle<kRC>(key, c), static_cast<const bf16*>(p.cache) + off, valid);
+      }
+    }
+  };
+
+  // QK^T warp tile: 16 rows (M tile qm) x kKW keys (group qg).
+  const int qm = warp % kMTiles, qg = warp / kMTiles;
+  // Every ldmatrix below reads rows r with r % 8 == lane % 8 and logical chunks 2k + delta
+  // (k = 0..3 within a swizzle group of 8 chunks), so its swizzled address is a row base, a
+  // group offset (64 elements a group) and one of four per-lane offsets: xa for delta =
+  // lane / 16 (A operands and the transposed V loads), xb for delta = (lane / 8) % 2 (K).
+  int xa[4], xb[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    xa[k] = (((2 * k + lane / 16) ^ lane) & 7) * 8;
+    xb[k] = (((2 * k + (lane / 8) % 2) ^ lane) & 7) * 8;
+  }
+  const int q_row = (qm * 16 + lane % 16) * kMlaEntry;
+  const int k_row = (qg * kKW + (lane / 16) * 8 + lane % 8) * kMlaEntry;
+  const int p_row = (lane % 16) * kN;
+  // PV: value dims [d0, d0 + kDW) of this warp; d0 / 8 is a multiple of 8 (a swizzle group).
+  const int v_row = (((lane / 8) % 2) * 8 + lane % 8) * kMlaEntry + warp * kDW;
+  // The last key each score row this thread holds may see (-1: padding row).
+  int limit[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = it.row_begin + qm * 16 + lane / 4 + 8 * i;
+    limit[i] = gr < row_end ? min(key_hi - 1, ctx + gr / H) : -1;
+  }
+
+  float o[kMTiles][kDW / 8][4];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int dn = 0; dn < kDW / 8; ++dn)
+      o[mt][dn][0] = o[mt][dn][1] = o[mt][dn][2] = o[mt][dn][3] = 0.0f;
+
+  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
+  if (num_tiles > 0) load_tile(key_lo, 0);
+  cp_async_commit();  // Q and tile 0
+  if constexpr (Cfg::kFp8) {
+    if (num_tiles > 1) load_tile(key_lo + kN, 1);
+    cp_async_commit();
+  }
+
+  for (int j = 0; j < num_tiles; ++j) {
+    const int tile_start = key_lo + j * kN;
+    const bf16* tile;
+    if constexpr (Cfg::kFp8) {
+      cp_async_wait<1>();  // raw tile j has landed; j + 1 may still be in flight
+      __syncthreads();     // ... for every thread; PV of tile j - 1 is done with the tile
+      const unsigned char* raw = sTiles + Cfg::kSmemTile + size_t(j % 2) * kN * kMlaEntry;
+      bf16* wide = reinterpret_cast<bf16*>(sTiles);
+      for (int idx = tid; idx < kN * kRC; idx += Cfg::kThreads) {
+        const int key = idx / kRC, c = idx % kRC;
+        *reinterpret_cast<uint4*>(wide + mla_swizzle<kRC>(key, c)) =
+            fp8x8_to<bf16>(*reinterpret_cast<const uint2*>(raw + key * kMlaEntry + c * 8));
+      }
+      __syncthreads();  // the widened tile is complete; raw stage j % 2 is free
+      if (j + 2 < num_tiles) load_tile(tile_start + 2 * kN, j % 2);
+      cp_async_commit();
+      tile = wide;
+    } else {
+      cp_async_wait<0>();  // tile j has landed
+      __syncthreads();     // ... for every thread; stage (j + 1) % 2 is no longer read
+      if (j + 1 < num_tiles) load_tile(tile_start + kN, (j + 1) % 2);
+      cp_async_commit();
+      tile = reinterpret_cast<const bf16*>(sTiles + size_t(j % 2) * Cfg::kSmemTile);
+    }
+
+    // S = Q K^T for this warp's 16 rows and kKW keys: 9 groups of 4 k-steps (8 chunks, one
+    // swizzle group), the per-lane swizzle offsets precomputed (xa, xb).
+    float s[kKW / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kKW / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll 1
+    for (int g = 0; g < kMlaEntry / 64; ++g) {
+      const bf16* qg_ptr = sQ + q_row + g * 64;
+      const bf16* kg_ptr = tile + k_row + g * 64;
+#pragma unroll
+      for (int k4 = 0; k4 < 4; ++k4) {
+        uint32_t a[4];
+        ldmatrix_x4(a, qg_ptr + xa[k4]);
+#pragma unroll
+        for (int np = 0; np < kKW / 16; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(b, kg_ptr + np * 16 * kMlaEntry + xb[k4]);
+          mma_16816<bf16>(s[2 * np], a, b[0], b[1]);
+          mma_16816<bf16>(s[2 * np + 1], a, b[2], b[3]);
+        }
+      }
+    }
+
+    // Mask, scale to base-2 logits, and this warp's row maxima.
+    float mx[2] = {kNegInf, kNegInf};
+#pragma unroll
+    for (int nt = 0; nt < kKW / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = tile_start + qg * kKW + nt * 8 + (lane % 4) * 2 + (e & 1);
+        s[nt][e] = key <= limit[e / 2] ? s[nt][e] * p.scale_log2 : kNegInf;
+        mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 1));
+      mx[i] = fmaxf(mx[i], __shfl_xor_sync(0xffffffffu, mx[i], 2));
+      if (lane % 4 == 0) sRowMax[qg * kM + qm * 16 + lane / 4 + 8 * i] = mx[i];
+    }
+    __syncthreads();
+
+    // P = exp2(S - running max) to shared memory as bf16; the new max, rescale and row sums.
+    const float* max_old = sMax + (j % 2) * kM;
+    float* max_new = sMax + ((j + 1) % 2) * kM;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = qm * 16 + lane / 4 + 8 * i;
+      float tile_max = kNegInf;
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) tile_max = fmaxf(tile_max, sRowMax[g * kM + r]);
+      const float m_old = max_old[r];
+      const float m_new = fmaxf(m_old, tile_max);
+      const float base = m_new == kNegInf ? 0.0f : m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kKW / 8; ++nt) {
+        s[nt][2 * i] = exp2f(s[nt][2 * i] - base);
+        s[nt][2 * i + 1] = exp2f(s[nt][2 * i + 1] - base);
+        sum += s[nt][2 * i] + s[nt][2 * i + 1];
+        const int col = qg * kKW + nt * 8 + (lane % 4) * 2;
+        *reinterpret_cast<uint32_t*>(sP + mla_swizzle<kN / 8>(r, col / 8) + col % 8) =
+            pack2<bf16>(s[nt][2 * i], s[nt][2 * i + 1]);
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      if (lane % 4 == 0) {
+        sRowSum[qg * kM + r] = sum;
+        if (qg == 0) {
+          max_new[r] = m_new;
+          sAlpha[r] = exp2f(m_old - base);
+        }
+      }
+    }
+    __syncthreads();
+
+    // O = diag(alpha) O + P V over this warp's value dims [d0, d0 + kDW) of every row.
+    if (tid < kM) {
+      float sum = sSum[tid] * sAlpha[tid];
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) sum += sRowSum[g * kM + tid];
+      sSum[tid] = sum;
+    }
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      const float a0 = sAlpha[mt * 16 + lane / 4], a1 = sAlpha[mt * 16 + lane / 4 + 8];
+#pragma unroll
+      for (int dn = 0; dn < kDW / 8; ++dn) {
+        o[mt][dn][0] *= a0;
+        o[mt][dn][1] *= a0;
+        o[mt][dn][2] *= a1;
+        o[mt][dn][3] *= a1;
+      }
+    }
+#pragma unroll 1
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      uint32_t a[kMTiles][4];
+      const int xk = (((2 * kk + lane / 16) ^ lane) & 7) * 8;
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) ldmatrix_x4(a[mt], sP + p_row + mt * 16 * kN + xk);
+#pragma unroll
+      for (int dp = 0; dp < kDW / 16; ++dp) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, tile + v_row + kk * 16 * kMlaEntry + (dp / 4) * 64 + xa[dp % 4]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          mma_16816<bf16>(o[mt][2 * dp], a[mt], b[0], b[1]);
+          mma_16816<bf16>(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // Epilogue: o / l (times the fp8 scale), natural LSE; final or partial.
+  const float* max_final = sMax + (num_tiles % 2) * kM;
+  const int64_t part_rows = int64_t(p.num_tokens) * H;
+  const int d0 = warp * kDW + (lane % 4) * 2;
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int lr = mt * 16 + lane / 4 + 8 * i;
+      if (it.row_begin + lr >= row_end) continue;
+      const float l = sSum[lr];
+      const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
+      const float lse = l > 0.0f ? (max_final[lr] + log2f(l)) * 0.6931471805599453f : kNegInf;
+      const int64_t grow = row0 + lr;
+      if (it.split < 0) {
+        bf16* dst = static_cast<bf16*>(p.out) + grow * kMlaLatent + d0;
+#pragma unroll
+        for (int dn = 0; dn < kDW / 8; ++dn) {
+          *reinterpret_cast<uint32_t*>(dst + dn * 8) =
+              pack2<bf16>(o[mt][dn][2 * i] * inv, o[mt][dn][2 * i + 1] * inv);
+        }
+        if (warp == 0 && lane % 4 == 0 && p.lse != nullptr) p.lse[grow] = lse;
+      } else {
+        const int64_t prow = int64_t(it.split) * part_rows + grow;
+        float* dst = p.partial_out + prow * kMlaLatent + d0;
+#pragma unroll
+        for (int dn = 0; dn < kDW / 8; ++dn) {
+          *reinterpret_cast<float2*>(dst + dn * 8) =
+              make_float2(o[mt][dn][2 * i] * inv, o[mt][dn][2 * i + 1] * inv);
+        }
+        if (warp == 0 && lane % 4 == 0) p.partial_lse[prow] = lse;
+      }
+    }
+  }
+}
+
+template <int kMTiles, typename CacheT>
+cudaError_t launch_mla_decode_packed_impl(const MlaDecodeParams& p, cudaStream_t stream) {
+  if (p.num_items == 0) return cudaSuccess;
+  using Cfg = MlaPackedConfig<kMTiles, CacheT>;
+  auto kernel = mla_decode_packed_kernel<kMTiles, CacheT>;
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(Cfg::kSmemBytes));
+  if (e != cudaSuccess) return e;
+  kernel<<<p.num_items, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace tripath::kernels

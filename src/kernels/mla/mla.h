@@ -1,0 +1,31 @@
+// Host entry points of the MLA kernels. Each returns the launch's cudaError_t; the backends in
+// src/backends/cuda/mla_cuda_backend.cpp validate arguments before calling them.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "mla/params.h"
+#include "tripath/dtype.h"
+
+namespace tripath::kernels {
+
+// latent: f32, bf16 or f16; cache: bf16, f16 or fp8 e4m3.
+cudaError_t launch_mla_cache_write(const MlaCacheWriteParams& p, DType latent, DType cache,
+                                   cudaStream_t stream);
+
+// Baseline absorbed decode, stage 1: every item (16 packed rows, one split) writes a partial
+// state to its slot (items must have split >= 0); the merge kernel is stage 2.
+inline constexpr int kMlaBaselineRows = 16;
+cudaError_t launch_mla_decode_baseline(const MlaDecodeParams& p, DType cache, cudaStream_t stream);
+
+// Heads-packed absorbed decode: `rows_per_block` (16, 32 or 64) packed rows per thread block.
+// Items with split < 0 write the final output and LSE; others a partial state.
+int mla_decode_packed_rows(int rows_per_request);  // the block height for this many rows
+cudaError_t launch_mla_decode_packed(const MlaDecodeParams& p, int rows_per_block, DType cache,
+                                     cudaStream_t stream);
+
+// Non-absorbed path: gather latent rows (+ k_pe broadcast into K), then merge partial states.
+cudaError_t launch_mla_gather(const MlaGatherParams& p, DType cache, cudaStream_t stream);
+cudaError_t launch_mla_merge_parts(const MlaMergePartsParams& p, cudaStream_t stream);
+
+}  // namespace tripath::kernels

@@ -1,0 +1,623 @@
+// The MLA CUDA backends (mla, mla_baseline) against the CPU reference on fresh random steps:
+// outputs and LSEs NaN-poisoned before the run, the latent cache NaN-poisoned outside written
+// slots and compared bit for bit after the GPU write, block tables shuffled over a pool 2.5x the
+// need. Covers 8..128 heads (and an odd 24), block sizes 16/64, contexts up to 8K and one 32K,
+// decode_threshold 1, 2 and 4 (multi-token decode), decode-only, prefill-only and mixed steps,
+// extend contexts cut into several chunks, fp8 latent caches, one-split (direct) and split
+// decode. Also: the public cache write bit for bit with the CPU writer, absorbed == non-absorbed
+// on the GPU through W_UK / W_UV, repeated runs bitwise identical, CUDA graph capture of a
+// decode step, and the errors of unprepared plans and wrong dtypes.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+
+#include "gpu_test_util.h"
+
+namespace tripath::gputest {
+namespace {
+
+constexpr int kCols = kMlaNopeDim + kMlaVDim;  // kv_b_proj columns per head
+constexpr float kFp8Scale = 0.0173f;           // not a power of two: the division must match
+
+struct MlaGpuCase {
+  std::string name;
+  std::string backend;
+  int heads = 16;
+  int block_size = 16;
+  int threshold = 1;
+  DType cache = DType::kBF16;
+  int64_t chunk_budget = 32768;
+  int work_units = 0;  // 0: the GPU's SM count
+  bool lse = true;
+  std::vector<ReqShape> reqs;
+};
+
+std::ostream& operator<<(std::ostream& os, const MlaGpuCase& c) { return os << c.name; }
+
+uint16_t bf16_bits(float x) { return float_to_bf16(x); }
+
+// One MLA step with host tensors in the ordered layout; the cache holds the contexts.
+struct MlaHostStep {
+  StepInput input;
+  std::vector<int32_t> block_table;
+  StepPlan plan;
+  MlaCacheConfig cache;
+  std::vector<uint8_t> cache_bytes;  // NaN-poisoned except the context rows
+  int heads = 0;
+  std::vector<uint16_t> latent;  // [num_tokens, 576] bf16 (new rows)
+  std::vector<uint16_t> q_abs;   // [decode tokens, H, 576] bf16
+  std::vector<uint16_t> q;       // [extend + prefill tokens, H, 192] bf16
+  std::vector<uint16_t> w;       // [512, H * 256] bf16
+  int64_t nd() const { return plan.decode.num_tokens(); }
+  int64_t np() const { return plan.num_tokens - plan.decode.num_tokens(); }
+};
+
+MlaHostStep make_mla_step(const std::vector<ReqShape>& reqs, int heads, int block_size,
+                          int threshold, DType cache_dtype, int64_t chunk_budget, int work_units,
+                          uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  MlaHostStep s;
+  s.heads = heads;
+  int64_t needed = 0;
+  int32_t max_blocks = 1;
+  for (const ReqShape& r : reqs) {
+    const int64_t b = (int64_t(r.query_len) + r.context_len + block_size - 1) / block_size;
+    needed += b;
+    max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(b));
+  }
+  const int64_t pool = needed * 5 / 2 + 3;  // fragmented, larger than needed
+  std::vector<int32_t> ids(static_cast<size_t>(pool));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int32_t stride = max_blocks + 2;
+  s.block_table.assign(reqs.size() * stride, -1);
+  size_t next = 0;
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    const int64_t b =
+        (int64_t(reqs[r].query_len) + reqs[r].context_len + block_size - 1) / block_size;
+    for (int64_t j = 0; j < b; ++j) s.block_table[r * stride + j] = ids[next++];
+  }
+  s.input.block_table = s.block_table.data();
+  s.input.block_table_stride = stride;
+  s.input.num_cache_blocks = pool;
+  s.input.block_size = block_size;
+  s.input.decode_threshold = threshold;
+  s.input.extend_chunk_budget = chunk_budget;
+  s.input.num_work_units = work_units > 0 ? work_units : std::max(1, build_info().gpu_sm_count);
+  s.input.num_kv_heads = 1;  // the latent is one KV head shared by all query heads
+  for (const ReqShape& r : reqs) {
+    s.input.query_lens.push_back(r.query_len);
+    s.input.context_lens.push_back(r.context_len);
+  }
+  s.plan = plan_step(s.input);
+  if (!s.plan.is_ordered) {
+    std::vector<int32_t> storage;
+    s.input = ordered_input(s.input, s.plan, storage);
+    s.block_table = storage;
+    s.input.block_table = s.block_table.data();
+    s.plan = plan_step(s.input);
+  }
+
+  s.cache.num_blocks = pool;
+  s.cache.block_size = block_size;
+  s.cache.dtype = cache_dtype;
+  if (cache_dtype == DType::kFP8E4M3) s.cache.scale = kFp8Scale;
+  s.cache_bytes.assign(static_cast<size_t>(s.cache.elements()) * dtype_size(cache_dtype),
+                       cache_dtype == DType::kFP8E4M3 ? 0x7F : 0xFF);  // NaN patterns
+
+  // Context rows through the reference writer (f32 source), as earlier steps would have.
+  int64_t ctx_tokens = 0;
+  for (int32_t i = 0; i < s.plan.num_requests; ++i) ctx_tokens += s.plan.context_lens[i];
+  std::vector<float> ctx_rows(static_cast<size_t>(ctx_tokens) * kMlaEntryDim);
+  for (float& x : ctx_rows) x = normal(rng);
+  std::vector<int64_t> slots;
+  for (int32_t i = 0; i < s.plan.num_requests; ++i)
+    for (int32_t pos = 0; pos < s.plan.context_lens[i]; ++pos)
+      slots.push_back(int64_t(s.plan.block_row(i)[pos / block_size]) * block_size +
+                      pos % block_size);
+  MlaCacheView view{
+      s.cache, TensorView::contiguous(s.cache_bytes.data(), cache_dtype, {s.cache.elements()})};
+  reference::write_mla_cache(
+      view, TensorView::contiguous(ctx_rows.data(), DType::kF32, {ctx_tokens, kMlaEntryDim}),
+      slots.data(), ctx_tokens);
+
+  s.latent.resize(static_cast<size_t>(s.plan.num_tokens) * kMlaEntryDim);
+  for (auto& x : s.latent) x = bf16_bits(normal(rng));
+  // The weights before the queries: two plans of one step (another decode_threshold) draw the
+  // same weights.
+  s.w.resize(static_cast<size_t>(kMlaLatentDim) * heads * kCols);
+  for (auto& x : s.w) x = bf16_bits(0.05f * normal(rng));
+  s.q_abs.resize(static_cast<size_t>(s.nd()) * heads * kMlaEntryDim);
+  for (auto& x : s.q_abs) x = bf16_bits(normal(rng));
+  s.q.resize(static_cast<size_t>(s.np()) * heads * kMlaQkDim);
+  for (auto& x : s.q) x = bf16_bits(normal(rng));
+  return s;
+}
+
+// Pointers of one run's tensors; null ones are not given.
+struct MlaBuffers {
+  void* cache = nullptr;
+  void* latent = nullptr;
+  void* q_abs = nullptr;
+  void* out_abs = nullptr;
+  void* lse_abs = nullptr;
+  void* q = nullptr;
+  void* w = nullptr;
+  void* out = nullptr;
+  void* lse = nullptr;
+};
+
+MlaInputs make_inputs(const MlaHostStep& s, Device dev, const MlaBuffers& b, DType out_dtype) {
+  const int64_t H = s.heads, nd = s.nd(), np = s.np();
+  MlaInputs in;
+  in.cache.config = s.cache;
+  in.cache.latent = TensorView::contiguous(b.cache, s.cache.dtype, {s.cache.elements()}, dev);
+  if (b.latent != nullptr)
+    in.latent =
+        TensorView::contiguous(b.latent, DType::kBF16, {s.plan.num_tokens, kMlaEntryDim}, dev);
+  if (nd > 0) {
+    in.q_absorbed = TensorView::contiguous(b.q_abs, DType::kBF16, {nd, H, kMlaEntryDim}, dev);
+    in.out_absorbed = TensorView::contiguous(b.out_abs, out_dtype, {nd, H, kMlaLatentDim}, dev);
+    if (b.lse_abs != nullptr)
+      in.lse_absorbed = TensorView::contiguous(b.lse_abs, DType::kF32, {nd, H}, dev);
+  }
+  if (np > 0) {
+    in.q = TensorView::contiguous(b.q, DType::kBF16, {np, H, kMlaQkDim}, dev);
+    in.kv_b_proj = TensorView::contiguous(b.w, DType::kBF16, {kMlaLatentDim, H * kCols}, dev);
+    in.out = TensorView::contiguous(b.out, out_dtype, {np, H, kMlaVDim}, dev);
+    if (b.lse != nullptr) in.lse = TensorView::contiguous(b.lse, DType::kF32, {np, H}, dev);
+  }
+  return in;
+}
+
+MlaParams mla_params(int heads) {
+  MlaParams p;
+  p.num_heads = heads;
+  return p;
+}
+
+// The CPU reference's results for a step (it writes its own copy of the cache first).
+struct MlaReference {
+  std::vector<uint8_t> cache;
+  std::vector<float> out_abs, lse_abs, out, lse;
+};
+
+MlaReference run_reference(const MlaHostStep& s) {
+  MlaReference r;
+  r.cache = s.cache_bytes;
+  const size_t H = s.heads;
+  r.out_abs.assign(s.nd() * H * kMlaLatentDim, NAN);
+  r.lse_abs.assign(s.nd() * H, NAN);
+  r.out.assign(s.np() * H * kMlaVDim, NAN);
+  r.lse.assign(s.np() * H, NAN);
+  MlaBuffers b;
+  b.cache = r.cache.data();
+  b.latent = const_cast<uint16_t*>(s.latent.data());
+  b.q_abs = const_cast<uint16_t*>(s.q_abs.data());
+  b.out_abs = r.out_abs.data();
+  b.lse_abs = r.lse_abs.data();
+  b.q = const_cast<uint16_t*>(s.q.data());
+  b.w = const_cast<uint16_t*>(s.w.data());
+  b.out = r.out.data();
+  b.lse = r.lse.data();
+  create_mla_backend("reference")
+      ->run(s.plan, mla_params(s.heads), make_inputs(s, Device::kCPU, b, DType::kF32));
+  return r;
+}
+
+void expect_lse_close(const std::vector<float>& got, const std::vector<float>& want,
+                      const char* what) {
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const bool same_inf = std::isinf(want[i]) && got[i] == want[i];
+    if (!same_inf && !(std::fabs(got[i] - want[i]) <= 2e-2f)) {
+      if (bad++ < 3) ADD_FAILURE() << what << "[" << i << "] " << got[i] << " vs " << want[i];
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+#ifdef TRIPATH_WITH_CUDA
+// Device copies of a step's tensors, outputs poisoned.
+struct MlaDevice {
+  DeviceMem cache, latent, q_abs, out_abs, lse_abs, q, w, out, lse;
+  MlaBuffers buffers(bool with_latent, bool with_lse) const {
+    MlaBuffers b;
+    b.cache = cache.get();
+    b.latent = with_latent ? latent.get() : nullptr;
+    b.q_abs = q_abs.get();
+    b.out_abs = out_abs.get();
+    b.lse_abs = with_lse ? lse_abs.get() : nullptr;
+    b.q = q.get();
+    b.w = w.get();
+    b.out = out.get();
+    b.lse = with_lse ? lse.get() : nullptr;
+    return b;
+  }
+};
+
+void upload(const MlaHostStep& s, MlaDevice& d) {
+  const size_t H = s.heads;
+  d.cache.upload(s.cache_bytes);
+  d.latent.upload(s.latent);
+  d.q_abs.upload(s.q_abs);
+  d.q.upload(s.q);
+  d.w.upload(s.w);
+  d.out_abs.upload(std::vector<uint16_t>(s.nd() * H * kMlaLatentDim, 0xFFFF));
+  d.lse_abs.upload(std::vector<float>(s.nd() * H, NAN));
+  d.out.upload(std::vector<uint16_t>(s.np() * H * kMlaVDim, 0xFFFF));
+  d.lse.upload(std::vector<float>(s.np() * H, NAN));
+}
+#endif
+
+std::vector<MlaGpuCase> all_cases() {
+  const std::vector<ReqShape> decode = {{1, 8000}, {1, 17}, {1, 1013}, {1, 4096},
+                                        {1, 1},    {1, 0},  {0, 50},   {1, 2500}};
+  const std::vector<ReqShape> mixed = {{1, 3000}, {1, 50}, {300, 2000}, {70, 500},
+                                       {113, 0},  {2, 0},  {1, 0},      {1, 777}};
+  const std::vector<ReqShape> mixed_small = {{1, 2000}, {40, 700}, {33, 0}, {1, 100}, {2, 5}};
+  const std::vector<ReqShape> mtp = {{4, 3000}, {3, 100}, {2, 7000}, {1, 20}, {4, 0}, {4, 1}};
+  std::vector<MlaGpuCase> out;
+  for (const char* backend : {"mla", "mla_baseline"}) {
+    const std::string b = backend;
+    auto add = [&](MlaGpuCase c, const std::string& name) {
+      c.backend = b;
+      c.name = b + "_" + name;
+      out.push_back(c);
+    };
+    for (int h : {16, 64, 128}) {
+      MlaGpuCase c;
+      c.heads = h;
+      c.reqs = decode;
+      add(c, "decode_h" + std::to_string(h));
+      c.block_size = 64;
+      add(c, "decode_bs64_h" + std::to_string(h));
+      c.block_size = 16;
+      c.cache = DType::kFP8E4M3;
+      add(c, "fp8_decode_h" + std::to_string(h));
+    }
+    {
+      MlaGpuCase c;
+      c.heads = 128;
+      c.reqs = decode;
+      c.work_units = 1;  // one split per request: mla writes the output directly
+      add(c, "decode_one_split_h128");
+      c = MlaGpuCase{};
+      c.heads = 16;
+      c.reqs = {{1, 32768}, {1, 5000}};
+      add(c, "decode_32k_h16");
+      c.lse = false;
+      c.reqs = {{1, 3000}, {1, 40}};
+      add(c, "decode_no_lse");
+    }
+    for (int h : {16, 128, 24, 8}) {
+      MlaGpuCase c;
+      c.heads = h;
+      c.threshold = 4;
+      c.reqs = mtp;
+      add(c, "threshold4_h" + std::to_string(h));
+      if (h == 16) {
+        c.cache = DType::kFP8E4M3;
+        add(c, "fp8_threshold4_h16");
+        c.cache = DType::kBF16;
+        c.threshold = 2;
+        c.reqs = {{2, 3000}, {2, 100}, {1, 500}, {2, 0}};
+        add(c, "threshold2_h16");
+      }
+    }
+    {
+      MlaGpuCase c;
+      c.reqs = mixed;
+      add(c, "mixed_h16");
+      c.block_size = 64;
+      c.heads = 64;
+      add(c, "mixed_bs64_h64");
+      c = MlaGpuCase{};
+      c.heads = 128;
+      c.reqs = mixed_small;
+      add(c, "mixed_h128");
+      c.cache = DType::kFP8E4M3;
+      add(c, "fp8_mixed_h128");
+      c = MlaGpuCase{};
+      c.chunk_budget = 500;  // several context pieces, and a prefill cut into self pieces
+      c.reqs = {{1, 4000}, {200, 1500}, {1200, 0}, {90, 3000}, {2, 1}};
+      add(c, "mixed_chunked_h16");
+      c.cache = DType::kFP8E4M3;
+      add(c, "fp8_mixed_chunked_h16");
+      c = MlaGpuCase{};
+      c.threshold = 4;
+      c.reqs = {{4, 1000}, {3, 50}, {20, 700}, {9, 0}, {1, 1}, {5, 3}};
+      add(c, "mixed_threshold4_h16");
+      c = MlaGpuCase{};
+      c.reqs = {{500, 0}, {64, 0}, {3, 0}, {130, 70}};
+      add(c, "prefill_extend_only_h16");
+      c.lse = false;
+      add(c, "prefill_extend_only_no_lse");
+      c = MlaGpuCase{};
+      c.reqs = {{0, 0}, {1, 0}, {0, 17}, {2, 3}, {1, 1}};
+      add(c, "edge_tiny");
+    }
+  }
+  return out;
+}
+
+class GpuMlaTest : public ::testing::TestWithParam<MlaGpuCase> {};
+
+TEST_P(GpuMlaTest, MatchesReference) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  const MlaGpuCase& c = GetParam();
+  const uint64_t seed = std::hash<std::string>{}(c.name);
+  const MlaHostStep s = make_mla_step(c.reqs, c.heads, c.block_size, c.threshold, c.cache,
+                                      c.chunk_budget, c.work_units, seed);
+  const MlaReference ref = run_reference(s);
+
+  auto backend = create_mla_backend(c.backend);
+  MlaDevice d;
+  upload(s, d);
+  const MlaInputs in = make_inputs(s, Device::kCUDA, d.buffers(true, c.lse), DType::kBF16);
+  const MlaParams params = mla_params(c.heads);
+  backend->prepare(s.plan, params, nullptr);
+  backend->run(s.plan, params, in);
+  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+
+  EXPECT_EQ(d.cache.download<uint8_t>(ref.cache.size()), ref.cache)
+      << "latent cache differs after the write";
+  const size_t H = c.heads;
+  const size_t n_abs = s.nd() * H * kMlaLatentDim, n_out = s.np() * H * kMlaVDim;
+  if (s.nd() > 0) {
+    const auto got = widen(d.out_abs.download<uint16_t>(n_abs), DType::kBF16);
+    EXPECT_LT(rel_l2(got, ref.out_abs), 1e-2) << "absorbed (decode) output";
+    if (c.lse) expect_lse_close(d.lse_abs.download<float>(s.nd() * H), ref.lse_abs, "lse_absorbed");
+  }
+  if (s.np() > 0) {
+    const auto got = widen(d.out.download<uint16_t>(n_out), DType::kBF16);
+    EXPECT_LT(rel_l2(got, ref.out), 1e-2) << "non-absorbed (extend/prefill) output";
+    if (c.lse) expect_lse_close(d.lse.download<float>(s.np() * H), ref.lse, "lse");
+  }
+
+  // Repeated runs are bitwise identical (no races, no order-dependent reductions).
+  const auto first_abs = d.out_abs.download<uint16_t>(n_abs);
+  const auto first_out = d.out.download<uint16_t>(n_out);
+  backend->run(s.plan, params, in);
+  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+  EXPECT_EQ(d.out_abs.download<uint16_t>(n_abs), first_abs) << "second run differs (absorbed)";
+  EXPECT_EQ(d.out.download<uint16_t>(n_out), first_out) << "second run differs (non-absorbed)";
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCases, GpuMlaTest, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// The public write_mla_cache on the GPU, bit for bit with the CPU writer: every latent dtype
+// into every GPU cache dtype, -1 slots skipped, values past the fp8 range (saturation) and on
+// rounding ties.
+TEST(GpuMlaCacheWrite, MatchesCpuWriterBitForBit) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  const int64_t n = 37, num_blocks = 11;
+  for (DType in_dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    for (DType cache_dtype : {DType::kBF16, DType::kF16, DType::kFP8E4M3}) {
+      SCOPED_TRACE(std::string(dtype_name(in_dtype)) + " -> " + dtype_name(cache_dtype));
+      MlaCacheConfig c;
+      c.num_blocks = num_blocks;
+      c.block_size = 16;
+      c.dtype = cache_dtype;
+      if (cache_dtype == DType::kFP8E4M3) c.scale = kFp8Scale;
+      std::vector<float> values(static_cast<size_t>(n) * kMlaEntryDim);
+      for (size_t i = 0; i < values.size(); ++i) {
+        values[i] = normal(rng) * (i % 97 == 0 ? 100.0f : 1.0f);  // some past 448 * scale
+        if (i % 131 == 0) values[i] = 0.5f * kFp8Scale * 3.0f;    // near ties after division
+      }
+      std::vector<uint8_t> latent(values.size() * dtype_size(in_dtype));
+      for (size_t i = 0; i < values.size(); ++i) store_float(latent.data(), in_dtype, i, values[i]);
+      std::vector<int64_t> slots(static_cast<size_t>(n));
+      std::vector<int64_t> perm(static_cast<size_t>(num_blocks * 16));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (int64_t t = 0; t < n; ++t) slots[t] = t % 5 == 2 ? -1 : perm[t];
+      std::vector<uint8_t> cpu(static_cast<size_t>(c.elements()) * dtype_size(cache_dtype),
+                               cache_dtype == DType::kFP8E4M3 ? 0x7F : 0xFF);
+      DeviceMem d_cache, d_latent, d_slots;
+      d_cache.upload(cpu);
+      d_latent.upload(latent);
+      d_slots.upload(slots);
+      write_mla_cache(
+          MlaCacheView{c, TensorView::contiguous(cpu.data(), cache_dtype, {c.elements()})},
+          TensorView::contiguous(latent.data(), in_dtype, {n, kMlaEntryDim}),
+          TensorView::contiguous(slots.data(), DType::kI64, {n}));
+      write_mla_cache(
+          MlaCacheView{
+              c, TensorView::contiguous(d_cache.get(), cache_dtype, {c.elements()}, Device::kCUDA)},
+          TensorView::contiguous(d_latent.get(), in_dtype, {n, kMlaEntryDim}, Device::kCUDA),
+          TensorView::contiguous(d_slots.get(), DType::kI64, {n}, Device::kCUDA));
+      TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+      EXPECT_EQ(d_cache.download<uint8_t>(cpu.size()), cpu);
+    }
+  }
+#endif
+}
+
+// Absorbed == non-absorbed on the GPU: the same requests planned once as decode (threshold 4,
+// q_absorbed = [W_UK_h q_nope | q_pe], outputs mapped through W_UV_h on the host) and once as
+// extend/prefill (q = [q_nope | q_pe]) agree, for both backends and both cache dtypes.
+TEST(GpuMlaForms, AbsorbedEqualsNonAbsorbed) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  const int H = 16;
+  // The prefill last: both plans keep the caller's order, so tokens line up.
+  const std::vector<ReqShape> reqs = {{4, 1000}, {3, 2000}, {4, 17}, {2, 333}, {2, 0}};
+  for (const char* name : {"mla", "mla_baseline"}) {
+    for (DType cache_dtype : {DType::kBF16, DType::kFP8E4M3}) {
+      SCOPED_TRACE(std::string(name) + " " + dtype_name(cache_dtype));
+      // Same seed: the same block table, cache contents, latent rows and weights both times.
+      MlaHostStep nonabs = make_mla_step(reqs, H, 16, 1, cache_dtype, 700, 0, 99);
+      MlaHostStep abs = make_mla_step(reqs, H, 16, 4, cache_dtype, 700, 0, 99);
+      ASSERT_EQ(abs.nd(), nonabs.np());
+      ASSERT_EQ(abs.plan.order, nonabs.plan.order);
+      const int64_t n = abs.nd();
+      std::mt19937 rng(5);
+      std::normal_distribution<float> normal;
+      // q_nope, q_pe per (token, head); both plans order tokens the same way.
+      std::vector<float> q_nope(n * H * 128), q_pe(n * H * 64);
+      for (float& x : q_nope) x = normal(rng);
+      for (float& x : q_pe) x = normal(rng);
+      auto wv = [&](int c, int h, int col) {
+        return bf16_to_float(abs.w[(size_t(c) * H + h) * kCols + col]);
+      };
+      for (int64_t t = 0; t < n; ++t) {
+        for (int h = 0; h < H; ++h) {
+          const float* qn = q_nope.data() + (t * H + h) * 128;
+          for (int c = 0; c < kMlaLatentDim; ++c) {
+            double acc = 0;
+            for (int k = 0; k < 128; ++k) acc += double(wv(c, h, k)) * qn[k];
+            abs.q_abs[(t * H + h) * kMlaEntryDim + c] = bf16_bits(static_cast<float>(acc));
+          }
+          for (int k = 0; k < 64; ++k) {
+            abs.q_abs[(t * H + h) * kMlaEntryDim + 512 + k] = bf16_bits(q_pe[(t * H + h) * 64 + k]);
+            nonabs.q[(t * H + h) * kMlaQkDim + 128 + k] = bf16_bits(q_pe[(t * H + h) * 64 + k]);
+          }
+          for (int k = 0; k < 128; ++k) nonabs.q[(t * H + h) * kMlaQkDim + k] = bf16_bits(qn[k]);
+        }
+      }
+      auto backend = create_mla_backend(name);
+      const MlaParams params = mla_params(H);
+      std::vector<float> out_abs, lse_abs, out_non, lse_non;
+      for (MlaHostStep* s : {&abs, &nonabs}) {
+        MlaDevice d;
+        upload(*s, d);
+        const MlaInputs in = make_inputs(*s, Device::kCUDA, d.buffers(true, true), DType::kBF16);
+        backend->prepare(s->plan, params, nullptr);
+        backend->run(s->plan, params, in);
+        TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+        if (s == &abs) {
+          out_abs = widen(d.out_abs.download<uint16_t>(n * H * kMlaLatentDim), DType::kBF16);
+          lse_abs = d.lse_abs.download<float>(n * H);
+        } else {
+          out_non = widen(d.out.download<uint16_t>(n * H * kMlaVDim), DType::kBF16);
+          lse_non = d.lse.download<float>(n * H);
+        }
+      }
+      // out = W_UV_h^T out_abs per (token, head).
+      std::vector<float> mapped(n * H * kMlaVDim);
+      for (int64_t t = 0; t < n; ++t)
+        for (int h = 0; h < H; ++h)
+          for (int e = 0; e < 128; ++e) {
+            double acc = 0;
+            for (int c = 0; c < kMlaLatentDim; ++c)
+              acc += double(wv(c, h, 128 + e)) * out_abs[(t * H + h) * kMlaLatentDim + c];
+            mapped[(t * H + h) * kMlaVDim + e] = static_cast<float>(acc);
+          }
+      EXPECT_LT(rel_l2(out_non, mapped), 1e-2);
+      expect_lse_close(lse_non, lse_abs, "lse non-absorbed vs absorbed");
+    }
+  }
+#endif
+}
+
+// A decode step (cache write included) captured in a CUDA graph and replayed gives the bits of
+// a plain run, for both backends, with and without split-KV.
+TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  for (const char* name : {"mla", "mla_baseline"}) {
+    for (int work_units : {0, 1}) {
+      SCOPED_TRACE(std::string(name) + (work_units == 1 ? " one split" : " split-KV"));
+      const int H = 128;
+      const MlaHostStep s = make_mla_step({{1, 3000}, {1, 100}, {1, 7000}, {1, 1}}, H, 16, 1,
+                                          DType::kBF16, 32768, work_units, 21);
+      auto backend = create_mla_backend(name);
+      MlaDevice d;
+      upload(s, d);
+      const MlaInputs base = make_inputs(s, Device::kCUDA, d.buffers(true, true), DType::kBF16);
+      cudaStream_t stream;
+      TRIPATH_TEST_CUDA(cudaStreamCreate(&stream));
+      MlaInputs in = base;
+      in.stream = stream;
+      const MlaParams params = mla_params(H);
+      backend->prepare(s.plan, params, stream);
+      backend->run(s.plan, params, in);
+      TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+      const size_t n_abs = s.nd() * H * kMlaLatentDim;
+      const auto plain = d.out_abs.download<uint16_t>(n_abs);
+      const auto plain_lse = d.lse_abs.download<float>(s.nd() * H);
+      TRIPATH_TEST_CUDA(cudaMemset(d.out_abs.get(), 0xFF, n_abs * 2));
+      TRIPATH_TEST_CUDA(cudaMemset(d.lse_abs.get(), 0xFF, s.nd() * H * 4));
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      TRIPATH_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      backend->run(s.plan, params, in);
+      TRIPATH_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+      TRIPATH_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+      for (int rep = 0; rep < 3; ++rep) TRIPATH_TEST_CUDA(cudaGraphLaunch(exec, stream));
+      TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+      EXPECT_EQ(d.out_abs.download<uint16_t>(n_abs), plain);
+      const auto replay_lse = d.lse_abs.download<float>(s.nd() * H);
+      EXPECT_EQ(std::memcmp(replay_lse.data(), plain_lse.data(), plain_lse.size() * 4), 0);
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
+    }
+  }
+#endif
+}
+
+// run() refuses an unprepared plan, another head count, and dtypes the GPU kernels lack.
+TEST(GpuMlaErrors, UnpreparedPlanHeadsAndDtypes) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  const int H = 16;
+  MlaHostStep s = make_mla_step({{1, 100}, {5, 40}}, H, 16, 1, DType::kBF16, 32768, 0, 3);
+  MlaDevice d;
+  upload(s, d);
+  const MlaInputs in = make_inputs(s, Device::kCUDA, d.buffers(true, true), DType::kBF16);
+  auto backend = create_mla_backend("mla");
+  auto expect_error = [&](const MlaParams& params, const MlaInputs& args, const char* needle) {
+    try {
+      backend->run(s.plan, params, args);
+      ADD_FAILURE() << "no error mentioning " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(mla_params(H), in, "prepare");
+  backend->prepare(s.plan, mla_params(H), nullptr);
+  MlaInputs f16 = in;
+  f16.q_absorbed.dtype = DType::kF16;
+  expect_error(mla_params(H), f16, "'q_absorbed'");
+  MlaInputs f32_out = in;
+  f32_out.out.dtype = DType::kF32;
+  expect_error(mla_params(H), f32_out, "'out'");
+  MlaInputs cpu = in;
+  cpu.q.device = Device::kCPU;
+  expect_error(mla_params(H), cpu, "'q'");
+  MlaInputs f16_cache = in;
+  f16_cache.cache.config.dtype = DType::kF16;
+  f16_cache.cache.latent.dtype = DType::kF16;
+  expect_error(mla_params(H), f16_cache, "cache.dtype");
+  // A batch not laid out [decode | extend | prefill] is refused by prepare and run.
+  StepInput unordered = s.input;
+  std::swap(unordered.query_lens[0], unordered.query_lens[1]);
+  std::swap(unordered.context_lens[0], unordered.context_lens[1]);
+  std::vector<int32_t> swapped(s.block_table);
+  const int64_t stride = unordered.block_table_stride;
+  std::swap_ranges(swapped.begin(), swapped.begin() + stride, swapped.begin() + stride);
+  unordered.block_table = swapped.data();
+  const StepPlan plan = plan_step(unordered);
+  ASSERT_FALSE(plan.is_ordered);
+  try {
+    backend->prepare(plan, mla_params(H), nullptr);
+    ADD_FAILURE() << "an unordered plan was prepared";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ordered"), std::string::npos) << e.what();
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace tripath::gputest

@@ -34,24 +34,47 @@ enum : uint64_t {
   kSeedKvB
 };
 
+}  // namespace
+
+void mha_setup(const ExecutorConfig& c, const AttentionBackend& backend, AttentionParams& params,
+               KvCacheConfig& cache) {
+  const ModelPreset& p = *c.model.preset;
+  params = AttentionParams{};
+  params.num_q_heads = p.num_q_heads;
+  params.num_kv_heads = p.num_kv_heads;
+  params.head_dim = p.head_dim;
+  params.softcap = p.softcap;
+  params.has_sinks = p.has_sinks;
+  cache = KvCacheConfig{};
+  cache.num_blocks = c.num_blocks;
+  cache.block_size = c.block_size;
+  cache.num_kv_heads = p.num_kv_heads;
+  cache.head_dim = p.head_dim;
+  cache.dtype = DType::kBF16;
+  cache.validate();
+  backend.check_supported(params, cache);
+}
+
+void mla_setup(const ExecutorConfig& c, MlaParams& params, MlaCacheConfig& cache) {
+  params = MlaParams{};
+  params.num_heads = c.model.preset->num_q_heads;
+  params.validate();
+  cache = MlaCacheConfig{};
+  cache.num_blocks = c.num_blocks;
+  cache.block_size = c.block_size;
+  cache.dtype = DType::kBF16;
+  cache.validate();
+}
+
+namespace {
+
 class HostMhaExecutor final : public ServeExecutor {
  public:
   explicit HostMhaExecutor(const ExecutorConfig& c)
       : c_(c), backend_(create_attention_backend(c.backend)) {
     const ModelPreset& p = *c.model.preset;
-    params_.num_q_heads = p.num_q_heads;
-    params_.num_kv_heads = p.num_kv_heads;
-    params_.head_dim = p.head_dim;
-    params_.softcap = p.softcap;
-    params_.has_sinks = p.has_sinks;
     KvCacheConfig cache;
-    cache.num_blocks = c.num_blocks;
-    cache.block_size = c.block_size;
-    cache.num_kv_heads = p.num_kv_heads;
-    cache.head_dim = p.head_dim;
-    cache.dtype = DType::kBF16;
-    cache.validate();
-    backend_->check_supported(params_, cache);
+    mha_setup(c, *backend_, params_, cache);
     const int64_t t = c.max_tokens, hq = p.num_q_heads, hkv = p.num_kv_heads, d = p.head_dim;
     q_ = Buffer(DType::kBF16, {t, hq, d});
     k_ = Buffer(DType::kBF16, {t, hkv, d});
@@ -114,13 +137,8 @@ class HostMlaExecutor final : public ServeExecutor {
   explicit HostMlaExecutor(const ExecutorConfig& c)
       : c_(c), backend_(create_mla_backend(c.backend)) {
     const int64_t h = c.model.preset->num_q_heads;
-    params_.num_heads = static_cast<int>(h);
-    params_.validate();
     MlaCacheConfig cache;
-    cache.num_blocks = c.num_blocks;
-    cache.block_size = c.block_size;
-    cache.dtype = DType::kBF16;
-    cache.validate();
+    mla_setup(c, params_, cache);
     const int64_t t = c.max_tokens, r = c.max_requests;
     latent_ = Buffer(DType::kBF16, {t, kMlaEntryDim});
     q_absorbed_ = Buffer(DType::kBF16, {r, h, kMlaEntryDim});

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "serve_model.h"
+#include "tripath/backend.h"
 #include "serve_sim.h"
 
 namespace tripath::cli {
@@ -48,6 +49,13 @@ class ServeExecutor : public StepExecutor {
  public:
   virtual ExecutorInfo info() const = 0;
 };
+
+// What every executor runs the preset with: attention params and a bf16 KV cache of
+// config.num_blocks blocks (MHA), or MLA params and a bf16 latent cache (MLA); all validated.
+// mha_setup also checks that `backend` can serve them (tripath::Error naming why not).
+void mha_setup(const ExecutorConfig& config, const AttentionBackend& backend,
+               AttentionParams& params, KvCacheConfig& cache);
+void mla_setup(const ExecutorConfig& config, MlaParams& params, MlaCacheConfig& cache);
 
 // The reference backend runs on the host; every other backend name is a CUDA backend.
 bool is_host_backend(const std::string& backend);

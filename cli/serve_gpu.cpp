@@ -307,24 +307,29 @@ class GpuStepRunner {
   cudaGraphExec_t exec_ = nullptr;
 };
 
+// The report's view of a GPU executor: timer, graph state, cache and --linear weights.
+ExecutorInfo gpu_executor_info(const GpuStepRunner& runner, int64_t cache_bytes,
+                               const GpuLinear* linear) {
+  ExecutorInfo i;
+  i.on_gpu = true;
+  i.timer = "CUDA events";
+  i.notes = runner.graph_note();
+  i.cache_bytes = cache_bytes;
+  if (linear != nullptr) {
+    i.weight_bytes = linear->weight_bytes();
+    i.notes += std::string(i.notes.empty() ? "" : "; ") + "--linear weights in " +
+               std::to_string(linear->copies()) + " rotated copies";
+  }
+  return i;
+}
+
 class GpuMhaExecutor final : public ServeExecutor {
  public:
   explicit GpuMhaExecutor(const ExecutorConfig& c)
       : c_(c), backend_(create_attention_backend(c.backend)), runner_(c.cuda_graphs) {
     const ModelPreset& p = *c.model.preset;
-    params_.num_q_heads = p.num_q_heads;
-    params_.num_kv_heads = p.num_kv_heads;
-    params_.head_dim = p.head_dim;
-    params_.softcap = p.softcap;
-    params_.has_sinks = p.has_sinks;
     KvCacheConfig cache;
-    cache.num_blocks = c.num_blocks;
-    cache.block_size = c.block_size;
-    cache.num_kv_heads = p.num_kv_heads;
-    cache.head_dim = p.head_dim;
-    cache.dtype = DType::kBF16;
-    cache.validate();
-    backend_->check_supported(params_, cache);
+    mha_setup(c, *backend_, params_, cache);
     const int64_t t = c.max_tokens, hq = p.num_q_heads, hkv = p.num_kv_heads, d = p.head_dim;
     const size_t cache_bytes = static_cast<size_t>(cache.bytes_per_tensor());
     check_memory(2 * cache_bytes + static_cast<size_t>(t * (2 * hq + 2 * hkv) * d * 2),
@@ -384,17 +389,7 @@ class GpuMhaExecutor final : public ServeExecutor {
   }
 
   ExecutorInfo info() const override {
-    ExecutorInfo i;
-    i.on_gpu = true;
-    i.timer = "CUDA events";
-    i.notes = runner_.graph_note();
-    i.cache_bytes = cache_bytes_;
-    if (linear_) {
-      i.weight_bytes = linear_->weight_bytes();
-      i.notes += std::string(i.notes.empty() ? "" : "; ") + "--linear weights in " +
-                 std::to_string(linear_->copies()) + " rotated copies";
-    }
-    return i;
+    return gpu_executor_info(runner_, cache_bytes_, linear_.get());
   }
 
  private:
@@ -413,13 +408,8 @@ class GpuMlaExecutor final : public ServeExecutor {
   explicit GpuMlaExecutor(const ExecutorConfig& c)
       : c_(c), backend_(create_mla_backend(c.backend)), runner_(c.cuda_graphs) {
     const int64_t h = c.model.preset->num_q_heads;
-    params_.num_heads = static_cast<int>(h);
-    params_.validate();
     MlaCacheConfig cache;
-    cache.num_blocks = c.num_blocks;
-    cache.block_size = c.block_size;
-    cache.dtype = DType::kBF16;
-    cache.validate();
+    mla_setup(c, params_, cache);
     const int64_t t = c.max_tokens, r = c.max_requests;
     const size_t cache_bytes = static_cast<size_t>(cache.elements()) * 2;
     const int64_t activations = t * kMlaEntryDim + r * h * (kMlaEntryDim + kMlaLatentDim) +
@@ -482,17 +472,7 @@ class GpuMlaExecutor final : public ServeExecutor {
   }
 
   ExecutorInfo info() const override {
-    ExecutorInfo i;
-    i.on_gpu = true;
-    i.timer = "CUDA events";
-    i.notes = runner_.graph_note();
-    i.cache_bytes = cache_bytes_;
-    if (linear_) {
-      i.weight_bytes = linear_->weight_bytes();
-      i.notes += std::string(i.notes.empty() ? "" : "; ") + "--linear weights in " +
-                 std::to_string(linear_->copies()) + " rotated copies";
-    }
-    return i;
+    return gpu_executor_info(runner_, cache_bytes_, linear_.get());
   }
 
  private:

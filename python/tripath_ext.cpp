@@ -21,6 +21,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -87,41 +88,31 @@ AttentionInputs make_inputs(const KvCacheConfig& cache, const InArray& q,
   return in;
 }
 
-// An attention backend given as an object (reused) or a name ("auto" resolved; created anew).
-struct AttentionBackendRef {
-  AttentionBackend* backend = nullptr;
-  std::unique_ptr<AttentionBackend> owned;
+// A backend given as an object (reused) or a name ("auto" resolved; created anew).
+template <typename Backend>
+struct BackendRef {
+  Backend* backend = nullptr;
+  std::unique_ptr<Backend> owned;
 };
 
-AttentionBackendRef attention_backend_arg(nb::handle h) {
-  AttentionBackendRef ref;
-  if (nb::isinstance<AttentionBackend>(h)) {
-    ref.backend = nb::cast<AttentionBackend*>(h);
+template <typename Backend>
+BackendRef<Backend> backend_arg(nb::handle h) {
+  constexpr bool kMla = std::is_same_v<Backend, MlaBackend>;
+  BackendRef<Backend> ref;
+  if (nb::isinstance<Backend>(h)) {
+    ref.backend = nb::cast<Backend*>(h);
   } else if (nb::isinstance<nb::str>(h)) {
-    ref.owned = create_attention_backend(resolve_backend(nb::cast<std::string>(h), false));
+    const std::string name = resolve_backend(nb::cast<std::string>(h), kMla);
+    if constexpr (kMla) {
+      ref.owned = create_mla_backend(name);
+    } else {
+      ref.owned = create_attention_backend(name);
+    }
     ref.backend = ref.owned.get();
   } else {
     throw Error("invalid argument 'backend': got " + nb::cast<std::string>(nb::str(h.type())) +
-                ", expected a backend name or a tripath.AttentionBackend");
-  }
-  return ref;
-}
-
-struct MlaBackendRef {
-  MlaBackend* backend = nullptr;
-  std::unique_ptr<MlaBackend> owned;
-};
-
-MlaBackendRef mla_backend_arg(nb::handle h) {
-  MlaBackendRef ref;
-  if (nb::isinstance<MlaBackend>(h)) {
-    ref.backend = nb::cast<MlaBackend*>(h);
-  } else if (nb::isinstance<nb::str>(h)) {
-    ref.owned = create_mla_backend(resolve_backend(nb::cast<std::string>(h), true));
-    ref.backend = ref.owned.get();
-  } else {
-    throw Error("invalid argument 'backend': got " + nb::cast<std::string>(nb::str(h.type())) +
-                ", expected an MLA backend name or a tripath.MlaBackend");
+                (kMla ? ", expected an MLA backend name or a tripath.MlaBackend"
+                      : ", expected a backend name or a tripath.AttentionBackend"));
   }
   return ref;
 }
@@ -726,7 +717,7 @@ void bind(nb::module_& m) {
          const OutArray& v_cache, const OutArray& out, std::optional<OutArray> lse,
          std::optional<InArray> sinks, float scale, int window_left, float softcap,
          std::optional<AttentionParams> params, bool write_cache, bool prepare, uintptr_t stream) {
-        AttentionBackendRef ref = attention_backend_arg(backend);
+        auto ref = backend_arg<AttentionBackend>(backend);
         // A backend made for this call has not seen the plan: it is always prepared.
         run_attention_with(*ref.backend, plan, cache, q, k, v, k_cache, v_cache, out, lse, sinks,
                            scale, window_left, softcap, params, write_cache,
@@ -852,7 +843,7 @@ void bind(nb::module_& m) {
          std::optional<OutArray> lse_absorbed, std::optional<InArray> q,
          std::optional<InArray> kv_b_proj, std::optional<OutArray> out, std::optional<OutArray> lse,
          float scale, int num_heads, bool write_cache, bool prepare, uintptr_t stream) {
-        MlaBackendRef ref = mla_backend_arg(backend);
+        auto ref = backend_arg<MlaBackend>(backend);
         prepare = prepare || ref.owned != nullptr;
         MlaInputs in;
         in.cache.config = cache;

@@ -47,6 +47,52 @@ std::vector<float> widen(const std::vector<uint16_t>& bits, DType dtype) {
   return out;
 }
 
+void plan_shuffled_step(const std::vector<ReqShape>& reqs, int block_size, int decode_threshold,
+                        int64_t extend_chunk_budget, int num_work_units, int num_kv_heads,
+                        bool ordered, std::mt19937_64& rng, StepInput& input,
+                        std::vector<int32_t>& table, StepPlan& plan) {
+  int64_t needed = 0;
+  int32_t max_blocks = 1;
+  for (const ReqShape& r : reqs) {
+    const int64_t b = (int64_t(r.query_len) + r.context_len + block_size - 1) / block_size;
+    needed += b;
+    max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(b));
+  }
+  const int64_t pool = needed * 5 / 2 + 3;
+  std::vector<int32_t> ids(static_cast<size_t>(pool));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int32_t stride = max_blocks + 2;
+  table.assign(reqs.size() * stride, -1);
+  size_t next = 0;
+  for (size_t r = 0; r < reqs.size(); ++r) {
+    const int64_t b =
+        (int64_t(reqs[r].query_len) + reqs[r].context_len + block_size - 1) / block_size;
+    for (int64_t j = 0; j < b; ++j) table[r * stride + j] = ids[next++];
+  }
+  input = StepInput{};
+  input.block_table = table.data();
+  input.block_table_stride = stride;
+  input.num_cache_blocks = pool;
+  input.block_size = block_size;
+  input.decode_threshold = decode_threshold;
+  input.num_work_units = num_work_units;
+  input.num_kv_heads = num_kv_heads;
+  input.extend_chunk_budget = extend_chunk_budget;
+  for (const ReqShape& r : reqs) {
+    input.query_lens.push_back(r.query_len);
+    input.context_lens.push_back(r.context_len);
+  }
+  plan = plan_step(input);
+  if (ordered && !plan.is_ordered) {
+    std::vector<int32_t> storage;
+    input = ordered_input(input, plan, storage);
+    table = storage;
+    input.block_table = table.data();
+    plan = plan_step(input);
+  }
+}
+
 HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads, int head_dim,
                    int block_size, KvLayout layout, DType dtype, DType cache_dtype, bool ordered,
                    int decode_threshold, int num_work_units, uint64_t seed,
@@ -55,44 +101,9 @@ HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads,
   std::normal_distribution<float> normal(0.0f, 1.0f);
   HostStep s;
   s.dtype = dtype;
-  int64_t needed = 0;
-  int32_t max_blocks = 1;
-  for (const ReqShape& r : reqs) {
-    const int64_t b = (int64_t(r.query_len) + r.context_len + block_size - 1) / block_size;
-    needed += b;
-    max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(b));
-  }
-  const int64_t pool = needed * 5 / 2 + 3;  // a fragmented pool larger than needed
-  std::vector<int32_t> ids(static_cast<size_t>(pool));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  const int32_t stride = max_blocks + 2;
-  s.block_table.assign(reqs.size() * stride, -1);
-  size_t next = 0;
-  for (size_t r = 0; r < reqs.size(); ++r) {
-    const int64_t b = (int64_t(reqs[r].query_len) + reqs[r].context_len + block_size - 1) / block_size;
-    for (int64_t j = 0; j < b; ++j) s.block_table[r * stride + j] = ids[next++];
-  }
-  s.input.block_table = s.block_table.data();
-  s.input.block_table_stride = stride;
-  s.input.num_cache_blocks = pool;
-  s.input.block_size = block_size;
-  s.input.decode_threshold = decode_threshold;
-  s.input.num_work_units = num_work_units;
-  s.input.num_kv_heads = kv_heads;
-  s.input.extend_chunk_budget = extend_chunk_budget;
-  for (const ReqShape& r : reqs) {
-    s.input.query_lens.push_back(r.query_len);
-    s.input.context_lens.push_back(r.context_len);
-  }
-  s.plan = plan_step(s.input);
-  if (ordered && !s.plan.is_ordered) {
-    std::vector<int32_t> storage;
-    s.input = ordered_input(s.input, s.plan, storage);
-    s.block_table = storage;
-    s.input.block_table = s.block_table.data();
-    s.plan = plan_step(s.input);
-  }
+  plan_shuffled_step(reqs, block_size, decode_threshold, extend_chunk_budget, num_work_units,
+                     kv_heads, ordered, rng, s.input, s.block_table, s.plan);
+  const int64_t pool = s.input.num_cache_blocks;
 
   s.cache.num_blocks = pool;
   s.cache.block_size = block_size;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,14 @@ struct HostStep {
   std::vector<float> sinks;
   DType dtype = DType::kBF16;
 };
+
+// Draws each request's blocks from a shuffled pool 2.5x the need (a fragmented cache), fills
+// `input` (pool size in input.num_cache_blocks) and plans it; with `ordered`, lays the batch
+// out [decode | extend | prefill] and plans again. input.block_table points into `table`.
+void plan_shuffled_step(const std::vector<ReqShape>& reqs, int block_size, int decode_threshold,
+                        int64_t extend_chunk_budget, int num_work_units, int num_kv_heads,
+                        bool ordered, std::mt19937_64& rng, StepInput& input,
+                        std::vector<int32_t>& table, StepPlan& plan);
 
 HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads, int head_dim,
                    int block_size, KvLayout layout, DType dtype, DType cache_dtype, bool ordered,

@@ -61,45 +61,11 @@ MlaHostStep make_mla_step(const std::vector<ReqShape>& reqs, int heads, int bloc
   std::normal_distribution<float> normal(0.0f, 1.0f);
   MlaHostStep s;
   s.heads = heads;
-  int64_t needed = 0;
-  int32_t max_blocks = 1;
-  for (const ReqShape& r : reqs) {
-    const int64_t b = (int64_t(r.query_len) + r.context_len + block_size - 1) / block_size;
-    needed += b;
-    max_blocks = std::max<int32_t>(max_blocks, static_cast<int32_t>(b));
-  }
-  const int64_t pool = needed * 5 / 2 + 3;  // fragmented, larger than needed
-  std::vector<int32_t> ids(static_cast<size_t>(pool));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  const int32_t stride = max_blocks + 2;
-  s.block_table.assign(reqs.size() * stride, -1);
-  size_t next = 0;
-  for (size_t r = 0; r < reqs.size(); ++r) {
-    const int64_t b =
-        (int64_t(reqs[r].query_len) + reqs[r].context_len + block_size - 1) / block_size;
-    for (int64_t j = 0; j < b; ++j) s.block_table[r * stride + j] = ids[next++];
-  }
-  s.input.block_table = s.block_table.data();
-  s.input.block_table_stride = stride;
-  s.input.num_cache_blocks = pool;
-  s.input.block_size = block_size;
-  s.input.decode_threshold = threshold;
-  s.input.extend_chunk_budget = chunk_budget;
-  s.input.num_work_units = work_units > 0 ? work_units : std::max(1, build_info().gpu_sm_count);
-  s.input.num_kv_heads = 1;  // the latent is one KV head shared by all query heads
-  for (const ReqShape& r : reqs) {
-    s.input.query_lens.push_back(r.query_len);
-    s.input.context_lens.push_back(r.context_len);
-  }
-  s.plan = plan_step(s.input);
-  if (!s.plan.is_ordered) {
-    std::vector<int32_t> storage;
-    s.input = ordered_input(s.input, s.plan, storage);
-    s.block_table = storage;
-    s.input.block_table = s.block_table.data();
-    s.plan = plan_step(s.input);
-  }
+  // The latent is one KV head shared by all query heads.
+  plan_shuffled_step(reqs, block_size, threshold, chunk_budget,
+                     work_units > 0 ? work_units : std::max(1, build_info().gpu_sm_count), 1,
+                     /*ordered=*/true, rng, s.input, s.block_table, s.plan);
+  const int64_t pool = s.input.num_cache_blocks;
 
   s.cache.num_blocks = pool;
   s.cache.block_size = block_size;

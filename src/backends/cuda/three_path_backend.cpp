@@ -6,15 +6,18 @@
 //    extend_chunk_budget context tokens per round across the extend requests), each round
 //    merged into a running state: workspace is 3 x extend tokens x heads x (head dim + 1)
 //    floats whatever the context length.
-// Version 0 runs every path on the unified mma.sync tile kernel; the Hopper-native kernels
-// (wgmma/TMA prefill, hardware-layout decode) replace them path by path. All launches go to the
-// caller's stream; nothing allocates or synchronizes in run().
+// Prefill and extend run the Hopper flash kernel (src/kernels/prefill: wgmma, same 64-row work
+// items as the unified kernel) on compute capability 9.0 when the cache holds the q dtype and
+// the head dim is built for it; otherwise, and for decode, the unified mma.sync tile kernel.
+// All launches go to the caller's stream; nothing allocates or synchronizes in run().
 #include <algorithm>
 
 #include "cuda_backend.h"
 #include "cuda_entry.h"
 #include "cuda_util.h"
+#include "device_info.h"
 #include "merge/merge_states.h"
+#include "prefill/launch.h"
 #include "unified/launch.h"
 
 namespace tripath {
@@ -135,6 +138,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
     const int64_t ext_row0 = plan.extend.token_begin * hq;
     const int64_t dec_row0 = plan.decode.token_begin * hq;  // 0 in an ordered batch
 
+    const bool flash = cuda_device_info().compute_capability == 90 && kv == in.q.dtype &&
+                       kernels::flash_prefill_built(params.head_dim, in.q.dtype);
     int acc = 0;  // extend slot holding the running state
     for (const Launch& l : launches_) {
       kernels::UnifiedParams p = unified_params(plan, params, in);
@@ -150,7 +155,12 @@ class ThreePathBackend final : public CudaAttentionBackend {
       }
       // The partial buffers hold only this path's tokens: one "token block" per split slot.
       if (l.kind == Launch::kDecode) p.num_tokens = static_cast<int32_t>(plan.decode.num_tokens());
-      TRIPATH_CUDA_CHECK(kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
+      if (flash && l.kind != Launch::kDecode) {
+        TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(params.head_dim, in.q.dtype, p, stream));
+      } else {
+        TRIPATH_CUDA_CHECK(
+            kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
+      }
 
       if (l.kind == Launch::kDecode) {
         kernels::MergeParams m{};

@@ -1,0 +1,295 @@
+// Hopper flash attention for three_path's prefill and extend paths (sm_90a, wgmma).
+//
+// Same work list and parameters as the unified kernel (UnifiedParams / UnifiedWorkItem): one
+// thread block = one warpgroup = 64 packed query rows (row = token * group + head, so a K/V tile
+// serves the whole GQA group) against the keys [kv_begin, kv_end) of one request and KV head,
+// read in place from the paged cache. Why one warpgroup per block: two blocks fit on an SM and
+// run out of phase, so one block's softmax overlaps the other's tensor-core work without
+// warp-specialized scheduling inside a block.
+//   - Q, K and V tiles land in shared memory through cp.async in the 128-byte swizzled layout
+//     that wgmma reads (64-element panels, 8-row groups 1024 bytes apart); K/V stream through a
+//     2-stage pipeline, the next tile's copies in flight while this one computes.
+//   - S = Q K^T: wgmma m64 x kN with both operands in shared memory (K-major).
+//   - online softmax in base 2 on the S registers (scale, soft-cap, causal / window / range
+//     masks only on the tiles that need them);
+//   - O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
+//     operand layout) and V MN-major from shared memory.
+// Items with split >= 0 write normalized partial states (merged by merge_states, which applies
+// sinks); others write the final output, sinks and LSE. Semantics match unified_attention.cuh.
+// KV must be the 16-bit q dtype; head dims multiples of 64 (q/k) and 64 (v). The backend picks
+// this kernel on compute capability 9.0 only; other architectures trap.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/device_math.cuh"
+#include "common/kv_layout.h"
+#include "common/wgmma.cuh"
+#include "unified/params.h"
+
+namespace tripath::kernels {
+
+template <int D, int DV>
+struct FlashPrefillConfig {
+  static_assert(D % 64 == 0 && DV % 64 == 0, "flash prefill needs 64-multiple head dims");
+  static constexpr int kThreads = 128;  // one warpgroup
+  static constexpr int kM = 64;         // packed query rows per block
+  static constexpr int kN = D + DV <= 384 ? 64 : 32;  // keys per tile: two blocks fit an SM
+  static constexpr int kStages = 2;
+  static constexpr uint32_t kBytesQ = uint32_t(kM) * D * 2;
+  static constexpr uint32_t kBytesK = uint32_t(kN) * D * 2;
+  static constexpr uint32_t kBytesV = uint32_t(kN) * DV * 2;
+  // + 1024: the tiles start on a 1024-byte boundary (the swizzle pattern's period).
+  static constexpr size_t kSmemBytes = kBytesQ + kStages * (kBytesK + kBytesV) + 1024;
+};
+
+// Byte offset of 16-byte chunk `c` of row `r` in a tile of `rows` rows stored as 64-element
+// panels with the 128-byte swizzle (chunk index XOR row % 8).
+__device__ __forceinline__ uint32_t sw128_offset(int r, int c, int rows) {
+  return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+template <int D, int DV, typename T>
+__global__ void __launch_bounds__(128, 2)
+    flash_prefill_kernel(const __grid_constant__ UnifiedParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = FlashPrefillConfig<D, DV>;
+  constexpr int kM = Cfg::kM, kN = Cfg::kN;
+  constexpr float kNegInf = -INFINITY;
+  using MmaS = wgmma::Mma<kN, T>;
+  using MmaO = wgmma::Mma<DV, T>;
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t pad = ((raw_addr + 1023u) & ~1023u) - raw_addr;
+  unsigned char* sQ = smem_raw + pad;
+  unsigned char* sK = sQ + Cfg::kBytesQ;
+  unsigned char* sV = sK + Cfg::kStages * Cfg::kBytesK;
+  const uint32_t aQ = raw_addr + pad;
+  const uint32_t aK = aQ + Cfg::kBytesQ;
+  const uint32_t aV = aK + Cfg::kStages * Cfg::kBytesK;
+
+  const UnifiedWorkItem it = p.items[blockIdx.x];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tok0 = p.cu_seqlens_q[it.request];
+  const int qlen = p.cu_seqlens_q[it.request + 1] - tok0;
+  const int ctx = p.context_lens[it.request];
+  const int rpt = p.rows_per_token;
+  const int row_end = min(it.row_begin + kM, qlen * rpt);
+  const int t_first = it.row_begin / rpt, t_last = (row_end - 1) / rpt;
+  int key_lo = p.window_left >= 0 ? max(0, ctx + t_first - p.window_left) : 0;
+  int key_hi = ctx + t_last + 1;
+  key_lo = max(key_lo, it.kv_begin);
+  key_hi = min(key_hi, it.kv_end);
+  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+
+  // Q tile: packed row r -> token (row_begin + r) / rpt, head q_head + (row_begin + r) % rpt.
+  constexpr int kChunksQ = D / 8;
+  for (int idx = tid; idx < kM * kChunksQ; idx += Cfg::kThreads) {
+    const int r = idx / kChunksQ, c = idx % kChunksQ, gr = it.row_begin + r;
+    const bool valid = gr < row_end;
+    const T* src = static_cast<const T*>(p.q);
+    if (valid) src += (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8;
+    cp_async_16(sQ + sw128_offset(r, c, kM), src, valid);
+  }
+
+  // K rows hold D elements and V rows DV, each addressed in 16-byte chunks of its own row.
+  auto load_rows = [&](unsigned char* dst, const void* cache, int dim, int tile_start) {
+    const int chunks = dim / 8;
+    for (int idx = tid; idx < kN * chunks; idx += Cfg::kThreads) {
+      const int key = idx / chunks, c = idx % chunks, kabs = tile_start + key;
+      const bool valid = kabs < key_hi;
+      int64_t off = 0;
+      if (valid) {
+        off = kv_chunk_offset(p.layout, table[kabs >> p.log2_block_size],
+                              kabs & (p.block_size - 1), it.kv_head, c, p.block_size,
+                              p.num_kv_heads, dim, 8);
+      }
+      cp_async_16(dst + sw128_offset(key, c, kN), static_cast<const T*>(cache) + off, valid);
+    }
+  };
+  auto load_tile = [&](int tile_start, int stage) {
+    load_rows(sK + stage * Cfg::kBytesK, p.k_cache, D, tile_start);
+    load_rows(sV + stage * Cfg::kBytesV, p.v_cache, DV, tile_start);
+  };
+
+  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
+  if (num_tiles > 0) load_tile(key_lo, 0);
+  cp_async_commit();  // Q and the first tile: one group
+
+  // The two rows this thread holds in every accumulator fragment, and what they may see.
+  int row_pos[2];
+  bool row_ok[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = it.row_begin + warp * 16 + lane / 4 + 8 * i;
+    row_ok[i] = gr < row_end;
+    row_pos[i] = ctx + (row_ok[i] ? gr / rpt : 0);
+  }
+  const int first_pos = ctx + t_first, last_pos = ctx + t_last;
+
+  float o[DV / 2];
+  float s[kN / 2];
+#pragma unroll
+  for (int i = 0; i < DV / 2; ++i) o[i] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+
+  for (int j = 0; j < num_tiles; ++j) {
+    const int tile_start = key_lo + j * kN;
+    if (j + 1 < num_tiles) load_tile(tile_start + kN, (j + 1) % 2);
+    cp_async_commit();
+    cp_async_wait<1>();
+    wgmma::fence_proxy_async();
+    __syncthreads();
+    const uint32_t kst = aK + (j % 2) * Cfg::kBytesK;
+    const uint32_t vst = aV + (j % 2) * Cfg::kBytesV;
+
+    // S = Q K^T over D in 16-wide steps: panel ks / 4, 32 bytes per step within the panel.
+    wgmma::fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint64_t da = wgmma::desc_sw128(aQ + (ks / 4) * kM * 128 + (ks % 4) * 32, 16, 1024);
+      const uint64_t db = wgmma::desc_sw128(kst + (ks / 4) * kN * 128 + (ks % 4) * 32, 16, 1024);
+      MmaS::ss(s, da, db, ks > 0);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(s);
+
+    // Scale, soft-cap and mask into base-2 logits; interior tiles skip the mask.
+    const bool full = tile_start + kN <= key_hi && tile_start + kN - 1 <= first_pos &&
+                      (p.window_left < 0 || tile_start >= last_pos - p.window_left);
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x;
+        if (p.softcap > 0.0f) {
+          x = p.softcap * tanhf(s[nt * 4 + e] * p.score_scale / p.softcap) * 1.4426950408889634f;
+        } else {
+          x = s[nt * 4 + e] * p.scale_log2;
+        }
+        if (!full) {
+          const int i = e / 2;
+          const int key = tile_start + nt * 8 + (lane % 4) * 2 + (e % 2);
+          const bool ok = row_ok[i] && key < key_hi && key <= row_pos[i] &&
+                          (p.window_left < 0 || key >= row_pos[i] - p.window_left);
+          x = ok ? x : kNegInf;
+        }
+        s[nt * 4 + e] = x;
+      }
+    }
+
+    // Online softmax per row; a row with nothing visible yet keeps m = -inf and weight 0.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = kNegInf;
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt)
+        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * i], s[nt * 4 + 2 * i + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[i], mx);
+      const float base = m_new == kNegInf ? 0.0f : m_new;
+      const float alpha = exp2f(m[i] - base);
+      m[i] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+        s[nt * 4 + 2 * i] = exp2f(s[nt * 4 + 2 * i] - base);
+        s[nt * 4 + 2 * i + 1] = exp2f(s[nt * 4 + 2 * i + 1] - base);
+        sum += s[nt * 4 + 2 * i] + s[nt * 4 + 2 * i + 1];
+      }
+      l[i] = l[i] * alpha + sum;
+#pragma unroll
+      for (int dn = 0; dn < DV / 8; ++dn) {
+        o[dn * 4 + 2 * i] *= alpha;
+        o[dn * 4 + 2 * i + 1] *= alpha;
+      }
+    }
+
+    // O += P V: P from the S registers, 16 keys per step (2048 bytes of V rows per step);
+    // V's 64-wide panels sit kN * 128 bytes apart (the descriptor's leading byte offset).
+    uint32_t pa[kN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+      pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      const uint64_t db = wgmma::desc_sw128(vst + kk * 16 * 128, kN * 128, 1024);
+      MmaO::rs(o, pa[kk], db, 1);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(o);
+    __syncthreads();  // the stage just read is the next load's target
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+
+  // Each thread writes two adjacent elements per 8-column block of its two rows.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = it.row_begin + warp * 16 + lane / 4 + 8 * i;
+    if (gr >= row_end) continue;
+    const int token = tok0 + gr / rpt, head = it.q_head + gr % rpt;
+    const int64_t row = int64_t(token) * p.num_q_heads + head;
+    const float lv = l[i];
+    float lse = lv > 0.0f ? (m[i] + log2f(lv)) * 0.6931471805599453f : kNegInf;
+    float factor = lv > 0.0f ? p.v_scale / lv : 0.0f;
+    if (it.split >= 0) {
+      const int64_t prow = int64_t(it.split) * p.num_tokens * p.num_q_heads + row;
+      float* dst = p.partial_out + prow * DV + (lane % 4) * 2;
+#pragma unroll
+      for (int dn = 0; dn < DV / 8; ++dn) {
+        *reinterpret_cast<float2*>(dst + dn * 8) =
+            make_float2(o[dn * 4 + 2 * i] * factor, o[dn * 4 + 2 * i + 1] * factor);
+      }
+      if (lane % 4 == 0) p.partial_lse[prow] = lse;
+      continue;
+    }
+    if (p.sinks != nullptr) {  // the sink: one more part with output 0 and LSE = its logit
+      const float sink = p.sinks[head];
+      const float mx = fmaxf(lse, sink);
+      const float merged = mx + logf(expf(lse - mx) + expf(sink - mx));
+      factor *= expf(lse - merged);
+      lse = merged;
+    }
+    T* dst = static_cast<T*>(p.out) + row * DV + (lane % 4) * 2;
+#pragma unroll
+    for (int dn = 0; dn < DV / 8; ++dn) {
+      *reinterpret_cast<uint32_t*>(dst + dn * 8) =
+          pack2<T>(o[dn * 4 + 2 * i] * factor, o[dn * 4 + 2 * i + 1] * factor);
+    }
+    if (lane % 4 == 0 && p.lse != nullptr) p.lse[row] = lse;
+  }
+#else
+  __trap();  // built without sm_90a: the backend never launches it there
+#endif
+}
+
+template <int D, int DV, typename T>
+cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, cudaStream_t stream) {
+  if (p.num_items == 0) return cudaSuccess;
+  const auto kernel = flash_prefill_kernel<D, DV, T>;
+  const size_t smem = FlashPrefillConfig<D, DV>::kSmemBytes;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem));
+  if (e != cudaSuccess) return e;
+  kernel<<<p.num_items, FlashPrefillConfig<D, DV>::kThreads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace tripath::kernels

@@ -34,7 +34,7 @@ struct FlashPrefillConfig {
   static_assert(D % 64 == 0 && DV % 64 == 0, "flash prefill needs 64-multiple head dims");
   static constexpr int kThreads = 128;  // one warpgroup
   static constexpr int kM = 64;         // packed query rows per block
-  static constexpr int kN = D + DV <= 384 ? 64 : 32;  // keys per tile: two blocks fit an SM
+  static constexpr int kN = D + DV <= 320 ? 64 : 32;  // keys per tile: two blocks fit an SM
   static constexpr int kStages = 2;
   static constexpr uint32_t kBytesQ = uint32_t(kM) * D * 2;
   static constexpr uint32_t kBytesK = uint32_t(kN) * D * 2;

@@ -1,8 +1,10 @@
-// `tripath bench`: times backends on the step workloads of shared/BENCH.md. For every workload it
-// builds one random step (bench_step.h), optionally checks each backend against the CPU reference
-// (--verify, before any timing), then times backend->run() with warm-up and the median of
-// --repeats calls, and reports time, achieved GB/s (decode bytes formula) and GFLOP/s (attention
-// FLOP formula) per backend and workload, as a table and optionally as JSON.
+// `tripath bench`: times backends on the step workloads of shared/BENCH.md. For every workload
+// (with its own model, or with every --model of its kind) it builds one random step
+// (bench_step.h), optionally checks each backend against the CPU reference (--verify, before any
+// timing), then times backend->run() with warm-up and the median of --repeats calls, and reports
+// time, achieved GB/s (decode bytes formula) and GFLOP/s (attention FLOP formula) per backend,
+// workload and model, as a table and optionally as JSON. CUDA backends (MHA and MLA) run on
+// device copies of the step (bench_gpu.h), timed with CUDA events around CUDA-graph replays.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,7 +14,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
-#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "bench_gpu.h"
@@ -176,7 +178,21 @@ std::string unsupported_reason(const AttentionBackend& backend, const MhaStep& s
   }
   return "";
 }
-std::string unsupported_reason(const MlaBackend&, const MlaStep&) { return ""; }
+// The MLA interface has no check_supported: the CUDA MLA kernels' dtype rules
+// (mla_cuda_backend.cpp) are checked here, so a --dtype they do not take reads as unsupported
+// instead of ending the run with run()'s error.
+std::string unsupported_reason(const MlaBackend& backend, const MlaStep& step) {
+  if (backend_device(backend.name()) != Device::kCUDA) return "";
+  const DType cache = step.inputs.cache.config.dtype;
+  const DType act = step.inputs.latent.dtype;  // q_absorbed, q, kv_b_proj and outputs alike
+  if ((cache != DType::kBF16 && cache != DType::kFP8E4M3) || act != DType::kBF16) {
+    const std::string rule =
+        "the GPU MLA kernels take bf16 activations and a bf16 or fp8_e4m3 latent cache "
+        "(--dtype=bf16 or fp8_e4m3), not ";
+    return rule + dtype_name(act) + " activations and a " + dtype_name(cache) + " cache";
+  }
+  return "";
+}
 
 Entry describe_step(const WorkloadSpec& w, const ModelPreset& model, const std::string& shape,
                     const StepPlan& plan, const StepCost& cost) {
@@ -216,14 +232,16 @@ void print_progress(const Entry& e, size_t index, size_t total) {
   std::cerr << s.str() << std::endl;
 }
 
-// A CUDA backend on an MHA step: verify on cache copy 0 (the step's K/V written first, as
-// run() does), then time attention alone (no cache write) by CUDA-graph replay over the rotated
-// cache copies; each timing is one replay divided by the number of copies.
-void bench_on_gpu(AttentionBackend& backend, MhaStep& step,
-                  const std::optional<ReferenceOutput>& reference, const Options& options,
-                  Entry& e) {
+// A CUDA backend on a step (MHA or MLA, through its GPU mirror in bench_gpu.h): verify on cache
+// copy 0 (the step's new K/V or latent rows written first, as run() does), then time attention
+// alone (no cache write) by CUDA-graph replay over the rotated cache copies; each timing is one
+// replay divided by the number of copies.
+template <typename Backend, typename Step>
+void bench_on_gpu(Backend& backend, Step& step, const std::optional<ReferenceOutput>& reference,
+                  const Options& options, Entry& e) {
+  using GpuStep = typename GpuStepOf<Step>::type;
   const GpuCeilings& ceilings = gpu_ceilings();
-  GpuMhaStep gpu(step, GpuMhaStep::copies_for(step, ceilings.l2_bytes));
+  GpuStep gpu(step, GpuStep::copies_for(step, ceilings.l2_bytes));
   backend.prepare(step.step.plan, step.params, nullptr);
   for (int c = 0; c < gpu.cache_copies(); ++c)
     backend.run(step.step.plan, step.params, gpu.inputs(c, true, nullptr));
@@ -266,11 +284,7 @@ void bench_step(Step& step, const std::vector<std::string>& backend_names, const
     if (!backend) throw Error("no backend named '" + name + "' could be created");
     e.unsupported = unsupported_reason(*backend, step);
     if (e.unsupported.empty() && backend_device(name) == Device::kCUDA) {
-      if constexpr (std::is_same_v<Step, MhaStep>) {
-        bench_on_gpu(*backend, step, reference, options, e);
-      } else {
-        e.unsupported = "no CUDA MLA backend in this build";
-      }
+      bench_on_gpu(*backend, step, reference, options, e);
     } else if (e.unsupported.empty()) {
       // Once per step (plan metadata upload, workspace sizing), outside the timed calls.
       backend->prepare(step.step.plan, step.params, step.inputs.stream);
@@ -419,9 +433,11 @@ int run_bench(const std::vector<std::string>& args) {
                    "MLA backend(s), comma-separated, or all available ones; unset: "
                    "$TRIPATH_MLA_BACKEND, else auto");
   flags.add_string("workload", &o.workload, "ID|all", "workload id(s), comma-separated, or all");
-  flags.add_choice("model", &o.model, model_names(), "PRESET",
-                   "model geometry; unset: each workload's own (qwen3-235b for MHA, deepseek-r1 "
-                   "for MLA); with --workload=all, only the workloads of the model's kind run");
+  flags.add_string("model", &o.model, "PRESET[,PRESET]",
+                   "model geometries, comma-separated (" + join(model_names(), ", ") +
+                       "): each workload runs once per given model of its kind (MHA or MLA); "
+                       "unset: each workload's own (qwen3-235b for MHA, deepseek-r1 for MLA); "
+                       "with --workload=all, only the workloads of the given models' kinds run");
   flags.add_double("scale", &o.scale, 0.0, 1.0,
                    "lengths x F, request counts x sqrt(F) (1 = BENCH.md sizes; the default "
                    "without a GPU is 1/64)");
@@ -452,12 +468,31 @@ int run_bench(const std::vector<std::string>& args) {
                       "' for --block-size: expected a power of two in [1, 256]");
   }
 
-  // Workloads, filtered by the model's kind when a model is given.
-  const ModelPreset* forced_model = o.model.empty() ? nullptr : find_model(o.model);
+  // Models (none: each workload's default), then workloads, filtered by the models' kinds.
+  std::vector<const ModelPreset*> forced_models;
+  for (const std::string& name : split_list(o.model)) {
+    const ModelPreset* m = find_model(name);
+    if (!m) {
+      throw flags.error("invalid value '" + name + "' for --model: expected one of " +
+                        join(model_names(), ", "));
+    }
+    if (std::find(forced_models.begin(), forced_models.end(), m) == forced_models.end())
+      forced_models.push_back(m);
+  }
+  if (flags.was_set("model") && forced_models.empty()) {
+    throw flags.error("--model needs at least one preset");
+  }
+  auto models_of_kind = [&](bool mla) {
+    std::vector<const ModelPreset*> out;
+    for (const ModelPreset* m : forced_models) {
+      if (m->is_mla == mla) out.push_back(m);
+    }
+    return out;
+  };
   std::vector<const WorkloadSpec*> selected;
   if (o.workload == "all") {
     for (const WorkloadSpec& w : workloads()) {
-      if (!forced_model || forced_model->is_mla == w.is_mla) selected.push_back(&w);
+      if (forced_models.empty() || !models_of_kind(w.is_mla).empty()) selected.push_back(&w);
     }
   } else {
     for (const std::string& id : split_list(o.workload)) {
@@ -466,14 +501,21 @@ int run_bench(const std::vector<std::string>& args) {
         throw flags.error("invalid value '" + id + "' for --workload: expected all or one of " +
                           join(workload_ids(), ", "));
       }
-      if (forced_model && forced_model->is_mla != w->is_mla) {
+      if (!forced_models.empty() && models_of_kind(w->is_mla).empty()) {
         throw flags.error("workload " + id + " is " + (w->is_mla ? "MLA" : "MHA") +
-                          " but --model=" + o.model + " is " +
-                          (forced_model->is_mla ? "MLA" : "MHA"));
+                          " but --model=" + o.model + " names no " + (w->is_mla ? "MLA" : "MHA") +
+                          " preset");
       }
       if (std::find(selected.begin(), selected.end(), w) == selected.end()) selected.push_back(w);
     }
     if (selected.empty()) throw flags.error("--workload needs an id or all");
+  }
+  // What runs: every selected workload with every given model of its kind, or its own model.
+  std::vector<std::pair<const WorkloadSpec*, const ModelPreset*>> runs;
+  for (const WorkloadSpec* w : selected) {
+    std::vector<const ModelPreset*> models = models_of_kind(w->is_mla);
+    if (forced_models.empty()) models.push_back(find_model(w->default_model));
+    for (const ModelPreset* m : models) runs.push_back({w, m});
   }
   const bool any_mha = std::any_of(selected.begin(), selected.end(),
                                    [](const WorkloadSpec* w) { return !w->is_mla; });
@@ -530,22 +572,22 @@ int run_bench(const std::vector<std::string>& args) {
   text << header << std::flush;
 
   std::vector<Entry> entries;
-  for (size_t i = 0; i < selected.size(); ++i) {
-    const WorkloadSpec& w = *selected[i];
-    const ModelPreset& model = forced_model ? *forced_model : *find_model(w.default_model);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const WorkloadSpec& w = *runs[i].first;
+    const ModelPreset& model = *runs[i].second;
     const std::vector<ScaledGroup> groups = scale_groups(w, o.scale);
     const StepLengths lengths = draw_lengths(groups, settings.seed);
     if (!w.is_mla) {
       MhaStep step = build_mha_step(model, lengths, settings);
       const StepCost cost = mha_cost(lengths, model, settings.cache_dtype, settings.act_dtype);
       const Entry base = describe_step(w, model, shape_text(groups), step.step.plan, cost);
-      bench_step(step, mha_backends, base, o, i + 1, selected.size(), entries);
+      bench_step(step, mha_backends, base, o, i + 1, runs.size(), entries);
     } else {
       MlaStep step = build_mla_step(model, lengths, settings);
       const StepCost cost = mla_cost(lengths, model, step.step.plan.decode_threshold,
                                      settings.cache_dtype, settings.act_dtype);
       const Entry base = describe_step(w, model, shape_text(groups), step.step.plan, cost);
-      bench_step(step, mla_backends, base, o, i + 1, selected.size(), entries);
+      bench_step(step, mla_backends, base, o, i + 1, runs.size(), entries);
     }
   }
 

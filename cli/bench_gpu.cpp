@@ -1,30 +1,59 @@
 #include "bench_gpu.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <vector>
 
 namespace tripath::cli {
 namespace {
 
-size_t bytes_of(const TensorView& t) { return static_cast<size_t>(t.numel()) * dtype_size(t.dtype); }
+size_t bytes_of(const TensorView& t) {
+  return static_cast<size_t>(t.numel()) * dtype_size(t.dtype);
+}
 
+// A device copy of `t`; nothing for a tensor that is not given.
 DeviceAllocation mirror(const TensorView& t) {
+  if (!t.defined()) return DeviceAllocation();
   DeviceAllocation d(bytes_of(t));
-  if (t.defined() && bytes_of(t) > 0) copy_to_device(d.data(), t.data, bytes_of(t));
+  if (bytes_of(t) > 0) copy_to_device(d.data(), t.data, bytes_of(t));
   return d;
 }
 
+// Device memory for the output `t`, every byte 0xFF (NaN in f32, f16 and bf16): a row the backend
+// never writes fails --verify instead of passing on what an earlier backend left in the host
+// buffer.
+DeviceAllocation poisoned(const TensorView& t) {
+  if (!t.defined()) return DeviceAllocation();
+  DeviceAllocation d(bytes_of(t));
+  const std::vector<uint8_t> nan(bytes_of(t), 0xFF);
+  if (!nan.empty()) copy_to_device(d.data(), nan.data(), nan.size());
+  return d;
+}
+
+// `t` pointing at its device copy `d`; a tensor that is not given stays so.
 TensorView on_device(TensorView t, const DeviceAllocation& d) {
+  if (!t.defined()) return t;
   t.data = d.data();
   t.device = Device::kCUDA;
   return t;
 }
 
+void download(const TensorView& host, const DeviceAllocation& d) {
+  if (host.defined() && bytes_of(host) > 0) copy_to_host(host.data, d.data(), bytes_of(host));
+}
+
 }  // namespace
 
-int GpuMhaStep::copies_for(const MhaStep& host, size_t l2_bytes) {
-  const size_t cache = 2 * bytes_of(host.inputs.cache.k);
+int rotated_cache_copies(size_t cache_bytes, size_t l2_bytes) {
   const size_t want = 3 * l2_bytes;
-  return static_cast<int>(std::clamp<size_t>((want + cache - 1) / std::max<size_t>(cache, 1), 1, 4));
+  return static_cast<int>(
+      std::clamp<size_t>((want + cache_bytes - 1) / std::max<size_t>(cache_bytes, 1), 1, 4));
+}
+
+// ---- MHA ----
+
+int GpuMhaStep::copies_for(const MhaStep& host, size_t l2_bytes) {
+  return rotated_cache_copies(2 * bytes_of(host.inputs.cache.k), l2_bytes);
 }
 
 GpuMhaStep::GpuMhaStep(const MhaStep& host, int cache_copies) : host_(host) {
@@ -32,8 +61,8 @@ GpuMhaStep::GpuMhaStep(const MhaStep& host, int cache_copies) : host_(host) {
   q_ = mirror(in.q);
   k_ = mirror(in.k);
   v_ = mirror(in.v);
-  out_ = mirror(in.out);
-  if (in.sinks.defined()) sinks_ = mirror(in.sinks);
+  out_ = poisoned(in.out);
+  sinks_ = mirror(in.sinks);
   for (int c = 0; c < cache_copies; ++c) {
     cache_k_.push_back(mirror(in.cache.k));
     cache_v_.push_back(mirror(in.cache.v));
@@ -46,7 +75,7 @@ AttentionInputs GpuMhaStep::inputs(int copy, bool write_cache, void* stream) con
   d.out = on_device(d.out, out_);
   d.k = write_cache ? on_device(d.k, k_) : TensorView{};
   d.v = write_cache ? on_device(d.v, v_) : TensorView{};
-  if (d.sinks.defined()) d.sinks = on_device(d.sinks, sinks_);
+  d.sinks = on_device(d.sinks, sinks_);
   d.cache.k = on_device(d.cache.k, cache_k_[copy]);
   d.cache.v = on_device(d.cache.v, cache_v_[copy]);
   d.lse = TensorView{};
@@ -54,8 +83,43 @@ AttentionInputs GpuMhaStep::inputs(int copy, bool write_cache, void* stream) con
   return d;
 }
 
-void GpuMhaStep::download_out(MhaStep& host) const {
-  copy_to_host(host.inputs.out.data, out_.data(), bytes_of(host.inputs.out));
+void GpuMhaStep::download_out(MhaStep& host) const { download(host.inputs.out, out_); }
+
+// ---- MLA ----
+
+int GpuMlaStep::copies_for(const MlaStep& host, size_t l2_bytes) {
+  return rotated_cache_copies(bytes_of(host.inputs.cache.latent), l2_bytes);
+}
+
+GpuMlaStep::GpuMlaStep(const MlaStep& host, int cache_copies) : host_(host) {
+  const MlaInputs& in = host.inputs;
+  latent_ = mirror(in.latent);
+  q_absorbed_ = mirror(in.q_absorbed);
+  out_absorbed_ = poisoned(in.out_absorbed);
+  q_ = mirror(in.q);
+  kv_b_proj_ = mirror(in.kv_b_proj);
+  out_ = poisoned(in.out);
+  for (int c = 0; c < cache_copies; ++c) cache_.push_back(mirror(in.cache.latent));
+}
+
+MlaInputs GpuMlaStep::inputs(int copy, bool write_cache, void* stream) const {
+  MlaInputs d = host_.inputs;
+  d.latent = write_cache ? on_device(d.latent, latent_) : TensorView{};
+  d.cache.latent = on_device(d.cache.latent, cache_[copy]);
+  d.q_absorbed = on_device(d.q_absorbed, q_absorbed_);
+  d.out_absorbed = on_device(d.out_absorbed, out_absorbed_);
+  d.q = on_device(d.q, q_);
+  d.kv_b_proj = on_device(d.kv_b_proj, kv_b_proj_);
+  d.out = on_device(d.out, out_);
+  d.lse_absorbed = TensorView{};
+  d.lse = TensorView{};
+  d.stream = stream;
+  return d;
+}
+
+void GpuMlaStep::download_out(MlaStep& host) const {
+  download(host.inputs.out_absorbed, out_absorbed_);
+  download(host.inputs.out, out_);
 }
 
 }  // namespace tripath::cli

@@ -83,30 +83,13 @@ class ThreePathBackend final : public CudaAttentionBackend {
     }
     push_launch(items, decode_tile_, Launch::kDecode, -1);
 
-    // Prefill: final output, causal over the new tokens.
-    const size_t prefill_begin = items.size();
-    for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
-      add_items(items, plan, i, group, hkv, 64, 0, plan.seq_len(i), -1);
-    longest_first(items, prefill_begin, plan, group, 64);
-    push_launch(items, kernels::kRows64, Launch::kPrefill, -1);
-
-    // Extend: the self-part, then one round per planner chunk.
-    const size_t self_begin = items.size();
-    for (int32_t i = plan.extend.begin; i < plan.extend.end; ++i)
-      add_items(items, plan, i, group, hkv, 64, plan.context_lens[i], plan.seq_len(i), 0);
-    longest_first(items, self_begin, plan, group, 64);
-    push_launch(items, kernels::kRows64, Launch::kExtendSelf, -1);
-    const int32_t ne = plan.extend.num_requests();
-    for (int32_t c = 0; c < plan.num_chunks; ++c) {
-      const size_t round_begin = items.size();
-      for (int32_t e = 0; e < ne; ++e) {
-        const int32_t start = plan.chunk_kv_start[c * ne + e];
-        add_items(items, plan, plan.extend.begin + e, group, hkv, 64, start,
-                  start + plan.chunk_kv_len[c * ne + e], 0);
-      }
-      longest_first(items, round_begin, plan, group, 64);
-      push_launch(items, kernels::kRows64, Launch::kExtendChunk, c);
-    }
+    // Prefill and extend, as 64-row items for the unified tiles and, where the flash kernel
+    // may run (the cache dtype is known only in run()), again as its 128-row items.
+    add_compute_paths(items, plan, group, hkv, 64, false);
+    flash_possible_ = cuda_device_info().compute_capability == 90 &&
+                      (kernels::flash_prefill_built(params.head_dim, DType::kBF16) ||
+                       kernels::flash_prefill_built(params.head_dim, DType::kF16));
+    if (flash_possible_) add_compute_paths(items, plan, group, hkv, kernels::kFlashPrefillRows, true);
     items_offset_ = arena.add(items);
     token_parts_offset_ = arena.add(token_parts);
 
@@ -138,10 +121,11 @@ class ThreePathBackend final : public CudaAttentionBackend {
     const int64_t ext_row0 = plan.extend.token_begin * hq;
     const int64_t dec_row0 = plan.decode.token_begin * hq;  // 0 in an ordered batch
 
-    const bool flash = cuda_device_info().compute_capability == 90 && kv == in.q.dtype &&
+    const bool flash = flash_possible_ && kv == in.q.dtype &&
                        kernels::flash_prefill_built(params.head_dim, in.q.dtype);
     int acc = 0;  // extend slot holding the running state
     for (const Launch& l : launches_) {
+      if (l.kind != Launch::kDecode && l.flash != flash) continue;  // the other item set
       kernels::UnifiedParams p = unified_params(plan, params, in);
       p.items = arena().at<UnifiedWorkItem>(items_offset_) + l.first_item;
       p.num_items = l.num_items;
@@ -210,18 +194,48 @@ class ThreePathBackend final : public CudaAttentionBackend {
     enum Kind { kDecode, kPrefill, kExtendSelf, kExtendChunk } kind;
     kernels::UnifiedTile tile;
     int32_t first_item, num_items, chunk;
+    bool flash;  // an item set for the flash kernel (128 rows); else the unified tiles
   };
 
   void push_launch(const std::vector<UnifiedWorkItem>& items, kernels::UnifiedTile tile,
-                   Launch::Kind kind, int32_t chunk) {
+                   Launch::Kind kind, int32_t chunk, bool flash = false) {
     const int32_t first = launches_.empty()
                               ? 0
                               : launches_.back().first_item + launches_.back().num_items;
     const int32_t count = static_cast<int32_t>(items.size()) - first;
-    if (count > 0) launches_.push_back({kind, tile, first, count, chunk});
+    if (count > 0) launches_.push_back({kind, tile, first, count, chunk, flash});
+  }
+
+  // Prefill (final output, causal over the new tokens), then extend: the self-part and one
+  // round per planner chunk; `rows` packed rows per item.
+  void add_compute_paths(std::vector<UnifiedWorkItem>& items, const StepPlan& plan, int group,
+                         int hkv, int rows, bool flash) {
+    const size_t prefill_begin = items.size();
+    for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
+      add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
+    longest_first(items, prefill_begin, plan, group, rows);
+    push_launch(items, kernels::kRows64, Launch::kPrefill, -1, flash);
+
+    const size_t self_begin = items.size();
+    for (int32_t i = plan.extend.begin; i < plan.extend.end; ++i)
+      add_items(items, plan, i, group, hkv, rows, plan.context_lens[i], plan.seq_len(i), 0);
+    longest_first(items, self_begin, plan, group, rows);
+    push_launch(items, kernels::kRows64, Launch::kExtendSelf, -1, flash);
+    const int32_t ne = plan.extend.num_requests();
+    for (int32_t c = 0; c < plan.num_chunks; ++c) {
+      const size_t round_begin = items.size();
+      for (int32_t e = 0; e < ne; ++e) {
+        const int32_t start = plan.chunk_kv_start[c * ne + e];
+        add_items(items, plan, plan.extend.begin + e, group, hkv, rows, start,
+                  start + plan.chunk_kv_len[c * ne + e], 0);
+      }
+      longest_first(items, round_begin, plan, group, rows);
+      push_launch(items, kernels::kRows64, Launch::kExtendChunk, c, flash);
+    }
   }
 
   kernels::UnifiedTile decode_tile_ = kernels::kRows16;
+  bool flash_possible_ = false;
   int32_t decode_splits_ = 0;
   size_t decode_rows_total_ = 0, extend_rows_total_ = 0, decode_floats_ = 0;
   size_t items_offset_ = 0, token_parts_offset_ = 0;

@@ -1,30 +1,35 @@
 // Hopper flash attention for three_path's prefill and extend paths (sm_90a, wgmma).
 //
-// Same work list and parameters as the unified kernel (UnifiedParams / UnifiedWorkItem): one
-// thread block = one warpgroup = 64 packed query rows (row = token * group + head, so a K/V tile
-// serves the whole GQA group) against the keys [kv_begin, kv_end) of one request and KV head,
-// read in place from the paged cache. Why one warpgroup per block: two blocks fit on an SM and
-// run out of phase, so one block's softmax overlaps the other's tensor-core work without
-// warp-specialized scheduling inside a block.
-//   - Q, K and V tiles land in shared memory through cp.async in the 128-byte swizzled layout
-//     that wgmma reads (64-element panels, 8-row groups 1024 bytes apart); K/V stream through a
-//     2-stage pipeline, the next tile's copies in flight while this one computes.
-//   - S = Q K^T: wgmma m64 x kN with both operands in shared memory (K-major).
-//   - online softmax in base 2 on the S registers (scale, soft-cap, causal / window / range
-//     masks only on the tiles that need them);
-//   - O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
-//     operand layout) and V MN-major from shared memory.
-// Items with split >= 0 write normalized partial states (merged by merge_states, which applies
-// sinks); others write the final output, sinks and LSE. Semantics match unified_attention.cuh.
-// KV must be the 16-bit q dtype; head dims multiples of 64 (q/k) and 64 (v). The backend picks
-// this kernel on compute capability 9.0 only; other architectures trap.
+// Same parameters as the unified kernel (UnifiedParams / UnifiedWorkItem) but 128-row items:
+// one thread block = 128 packed query rows (row = token * group + head, so a K/V tile serves the
+// whole GQA group) against the keys [kv_begin, kv_end) of one request and KV head, read in place
+// from the paged cache. Warp-specialized:
+//   - two producer warps gather Q once and K/V tiles (kN keys) through cp.async into the
+//     128-byte swizzled layout wgmma reads (64-element panels, 8-row groups 1024 bytes apart),
+//     up to 4 stages ahead; each stage's mbarrier fires when its copies land, and the
+//     producers wait for the consumers to release a stage before refilling it;
+//   - two consumer warpgroups, 64 rows each, run independently (no block-wide barrier in the
+//     loop), so one's softmax overlaps the other's tensor-core work:
+//       S = Q K^T: wgmma m64 x kN, both operands in shared memory (K-major);
+//       online softmax in base 2 on the S registers (scale, soft-cap; causal / window / range
+//       masks only on tiles that need them);
+//       O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
+//       operand layout) and V MN-major from shared memory.
+// Why cp.async and not TMA: a 16-token cache block is a 4 KB gather per tile row group; the
+// producers compute each key's block once. Items with split >= 0 write normalized partial
+// states (merged by merge_states, which applies sinks); others write the final output, sinks
+// and LSE. Semantics match unified_attention.cuh. KV must be the 16-bit q dtype; head dims
+// multiples of 64. The backend picks this kernel on compute capability 9.0 only; built without
+// sm_90a it traps.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include "common/device_math.cuh"
 #include "common/kv_layout.h"
+#include "common/mbarrier.cuh"
 #include "common/wgmma.cuh"
+#include "prefill/launch.h"
 #include "unified/params.h"
 
 namespace tripath::kernels {
@@ -32,15 +37,22 @@ namespace tripath::kernels {
 template <int D, int DV>
 struct FlashPrefillConfig {
   static_assert(D % 64 == 0 && DV % 64 == 0, "flash prefill needs 64-multiple head dims");
-  static constexpr int kThreads = 128;  // one warpgroup
-  static constexpr int kM = 64;         // packed query rows per block
-  static constexpr int kN = D + DV <= 320 ? 64 : 32;  // keys per tile: two blocks fit an SM
-  static constexpr int kStages = 2;
+  static constexpr int kConsumers = 2;          // warpgroups of 64 rows
+  static constexpr int kProducerThreads = 64;   // two warps issue the copies
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kM = 64 * kConsumers;    // packed query rows per block (kFlashPrefillRows)
+  static constexpr int kN = D + DV <= 320 ? 64 : 32;  // keys per tile
   static constexpr uint32_t kBytesQ = uint32_t(kM) * D * 2;
   static constexpr uint32_t kBytesK = uint32_t(kN) * D * 2;
   static constexpr uint32_t kBytesV = uint32_t(kN) * DV * 2;
-  // + 1024: the tiles start on a 1024-byte boundary (the swizzle pattern's period).
-  static constexpr size_t kSmemBytes = kBytesQ + kStages * (kBytesK + kBytesV) + 1024;
+  static constexpr uint32_t kTileBudget = 200 * 1024;
+  static constexpr int kStagesFit = int((kTileBudget - kBytesQ) / (kBytesK + kBytesV));
+  static constexpr int kStages = kStagesFit < 4 ? kStagesFit : 4;
+  static_assert(kStages >= 2, "flash prefill: tiles do not fit shared memory");
+  static constexpr uint32_t kBytesTiles = kBytesQ + kStages * (kBytesK + kBytesV);
+  // + 1024: tiles start on a 1024-byte boundary (the swizzle period); then the mbarriers.
+  static constexpr size_t kSmemBytes = 1024 + kBytesTiles + 8 * (2 * kStages + 1);
 };
 
 // Byte offset of 16-byte chunk `c` of row `r` in a tile of `rows` rows stored as 64-element
@@ -50,11 +62,11 @@ __device__ __forceinline__ uint32_t sw128_offset(int r, int c, int rows) {
 }
 
 template <int D, int DV, typename T>
-__global__ void __launch_bounds__(128, 2)
+__global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = FlashPrefillConfig<D, DV>;
-  constexpr int kM = Cfg::kM, kN = Cfg::kN;
+  constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
   constexpr float kNegInf = -INFINITY;
   using MmaS = wgmma::Mma<kN, T>;
   using MmaO = wgmma::Mma<DV, T>;
@@ -64,13 +76,16 @@ __global__ void __launch_bounds__(128, 2)
   const uint32_t pad = ((raw_addr + 1023u) & ~1023u) - raw_addr;
   unsigned char* sQ = smem_raw + pad;
   unsigned char* sK = sQ + Cfg::kBytesQ;
-  unsigned char* sV = sK + Cfg::kStages * Cfg::kBytesK;
+  unsigned char* sV = sK + kStages * Cfg::kBytesK;
+  uint64_t* full = reinterpret_cast<uint64_t*>(sQ + Cfg::kBytesTiles);  // [kStages]
+  uint64_t* empty = full + kStages;                                      // [kStages]
+  uint64_t* q_full = empty + kStages;
   const uint32_t aQ = raw_addr + pad;
   const uint32_t aK = aQ + Cfg::kBytesQ;
-  const uint32_t aV = aK + Cfg::kStages * Cfg::kBytesK;
+  const uint32_t aV = aK + kStages * Cfg::kBytesK;
 
   const UnifiedWorkItem it = p.items[blockIdx.x];
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tid = threadIdx.x;
   const int tok0 = p.cu_seqlens_q[it.request];
   const int qlen = p.cu_seqlens_q[it.request + 1] - tok0;
   const int ctx = p.context_lens[it.request];
@@ -81,52 +96,78 @@ __global__ void __launch_bounds__(128, 2)
   int key_hi = ctx + t_last + 1;
   key_lo = max(key_lo, it.kv_begin);
   key_hi = min(key_hi, it.kv_end);
-  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
 
-  // Q tile: packed row r -> token (row_begin + r) / rpt, head q_head + (row_begin + r) % rpt.
-  constexpr int kChunksQ = D / 8;
-  for (int idx = tid; idx < kM * kChunksQ; idx += Cfg::kThreads) {
-    const int r = idx / kChunksQ, c = idx % kChunksQ, gr = it.row_begin + r;
-    const bool valid = gr < row_end;
-    const T* src = static_cast<const T*>(p.q);
-    if (valid) src += (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8;
-    cp_async_16(sQ + sw128_offset(r, c, kM), src, valid);
+  if (tid == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      mbarrier::init(&full[st], Cfg::kProducerThreads);
+      mbarrier::init(&empty[st], Cfg::kConsumerThreads);
+    }
+    mbarrier::init(q_full, Cfg::kProducerThreads);
+  }
+  __syncthreads();
+
+  if (tid >= Cfg::kConsumerThreads) {
+    // Producers. Q: packed row r -> token (row_begin + r) / rpt, head q_head + (row_begin + r) % rpt.
+    const int pt = tid - Cfg::kConsumerThreads;
+    constexpr int kChunksQ = D / 8;
+    for (int idx = pt; idx < kM * kChunksQ; idx += Cfg::kProducerThreads) {
+      const int r = idx / kChunksQ, c = idx % kChunksQ, gr = it.row_begin + r;
+      const bool valid = gr < row_end;
+      const T* src = static_cast<const T*>(p.q);
+      if (valid) src += (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8;
+      cp_async_16(sQ + sw128_offset(r, c, kM), src, valid);
+    }
+    mbarrier::arrive_on_cp_async(q_full);
+
+    // K/V: each thread owns one key of the tile (two threads per key for 32-key tiles) and
+    // looks its block up once; K rows hold D elements and V rows DV, in 16-byte chunks.
+    constexpr int kThreadsPerKey = Cfg::kProducerThreads / kN;
+    const int key = pt / kThreadsPerKey, part = pt % kThreadsPerKey;
+    const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+    for (int j = 0; j < num_tiles; ++j) {
+      const int st = j % kStages;
+      if (j >= kStages) mbarrier::wait(&empty[st], ((j / kStages) - 1) & 1);
+      const int kabs = key_lo + j * kN + key;
+      const bool valid = kabs < key_hi;
+      const int64_t block = valid ? table[kabs >> p.log2_block_size] : 0;
+      const int slot = kabs & (p.block_size - 1);
+      unsigned char* dk = sK + st * Cfg::kBytesK;
+      unsigned char* dv = sV + st * Cfg::kBytesV;
+#pragma unroll 4
+      for (int c = part; c < D / 8; c += kThreadsPerKey) {
+        const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
+                                                    p.block_size, p.num_kv_heads, D, 8)
+                                  : 0;
+        cp_async_16(dk + sw128_offset(key, c, kN), static_cast<const T*>(p.k_cache) + off, valid);
+      }
+#pragma unroll 4
+      for (int c = part; c < DV / 8; c += kThreadsPerKey) {
+        const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
+                                                    p.block_size, p.num_kv_heads, DV, 8)
+                                  : 0;
+        cp_async_16(dv + sw128_offset(key, c, kN), static_cast<const T*>(p.v_cache) + off, valid);
+      }
+      mbarrier::arrive_on_cp_async(&full[st]);
+    }
+    cp_async_wait<0>();
+    return;
   }
 
-  // K rows hold D elements and V rows DV, each addressed in 16-byte chunks of its own row.
-  auto load_rows = [&](unsigned char* dst, const void* cache, int dim, int tile_start) {
-    const int chunks = dim / 8;
-    for (int idx = tid; idx < kN * chunks; idx += Cfg::kThreads) {
-      const int key = idx / chunks, c = idx % chunks, kabs = tile_start + key;
-      const bool valid = kabs < key_hi;
-      int64_t off = 0;
-      if (valid) {
-        off = kv_chunk_offset(p.layout, table[kabs >> p.log2_block_size],
-                              kabs & (p.block_size - 1), it.kv_head, c, p.block_size,
-                              p.num_kv_heads, dim, 8);
-      }
-      cp_async_16(dst + sw128_offset(key, c, kN), static_cast<const T*>(cache) + off, valid);
-    }
-  };
-  auto load_tile = [&](int tile_start, int stage) {
-    load_rows(sK + stage * Cfg::kBytesK, p.k_cache, D, tile_start);
-    load_rows(sV + stage * Cfg::kBytesV, p.v_cache, DV, tile_start);
-  };
-
-  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
-  if (num_tiles > 0) load_tile(key_lo, 0);
-  cp_async_commit();  // Q and the first tile: one group
-
-  // The two rows this thread holds in every accumulator fragment, and what they may see.
+  // Consumers: warpgroup wg holds packed rows [64 wg, 64 wg + 64) of the block.
+  const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   int row_pos[2];
   bool row_ok[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int gr = it.row_begin + warp * 16 + lane / 4 + 8 * i;
+    const int gr = it.row_begin + wg * 64 + warp * 16 + lane / 4 + 8 * i;
     row_ok[i] = gr < row_end;
     row_pos[i] = ctx + (row_ok[i] ? gr / rpt : 0);
   }
-  const int first_pos = ctx + t_first, last_pos = ctx + t_last;
+  const int wg_first = min(it.row_begin + wg * 64, row_end - 1);
+  const int wg_last = min(it.row_begin + wg * 64 + 63, row_end - 1);
+  const int first_pos = ctx + wg_first / rpt, last_pos = ctx + wg_last / rpt;
+  const uint32_t aQ_wg = aQ + wg * 64 * 128;
 
   float o[DV / 2];
   float s[kN / 2];
@@ -136,21 +177,20 @@ __global__ void __launch_bounds__(128, 2)
   for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
 
+  mbarrier::wait(q_full, 0);
   for (int j = 0; j < num_tiles; ++j) {
+    const int st = j % kStages;
     const int tile_start = key_lo + j * kN;
-    if (j + 1 < num_tiles) load_tile(tile_start + kN, (j + 1) % 2);
-    cp_async_commit();
-    cp_async_wait<1>();
-    wgmma::fence_proxy_async();
-    __syncthreads();
-    const uint32_t kst = aK + (j % 2) * Cfg::kBytesK;
-    const uint32_t vst = aV + (j % 2) * Cfg::kBytesV;
+    mbarrier::wait(&full[st], (j / kStages) & 1);
+    wgmma::fence_proxy_async();  // the copies were generic-proxy writes
+    const uint32_t kst = aK + st * Cfg::kBytesK;
+    const uint32_t vst = aV + st * Cfg::kBytesV;
 
     // S = Q K^T over D in 16-wide steps: panel ks / 4, 32 bytes per step within the panel.
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint64_t da = wgmma::desc_sw128(aQ + (ks / 4) * kM * 128 + (ks % 4) * 32, 16, 1024);
+      const uint64_t da = wgmma::desc_sw128(aQ_wg + (ks / 4) * kM * 128 + (ks % 4) * 32, 16, 1024);
       const uint64_t db = wgmma::desc_sw128(kst + (ks / 4) * kN * 128 + (ks % 4) * 32, 16, 1024);
       MmaS::ss(s, da, db, ks > 0);
     }
@@ -159,8 +199,8 @@ __global__ void __launch_bounds__(128, 2)
     wgmma::fence_operands(s);
 
     // Scale, soft-cap and mask into base-2 logits; interior tiles skip the mask.
-    const bool full = tile_start + kN <= key_hi && tile_start + kN - 1 <= first_pos &&
-                      (p.window_left < 0 || tile_start >= last_pos - p.window_left);
+    const bool full_tile = tile_start + kN <= key_hi && tile_start + kN - 1 <= first_pos &&
+                           (p.window_left < 0 || tile_start >= last_pos - p.window_left);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
@@ -171,7 +211,7 @@ __global__ void __launch_bounds__(128, 2)
         } else {
           x = s[nt * 4 + e] * p.scale_log2;
         }
-        if (!full) {
+        if (!full_tile) {
           const int i = e / 2;
           const int key = tile_start + nt * 8 + (lane % 4) * 2 + (e % 2);
           const bool ok = row_ok[i] && key < key_hi && key <= row_pos[i] &&
@@ -229,9 +269,8 @@ __global__ void __launch_bounds__(128, 2)
     wgmma::commit();
     wgmma::wait<0>();
     wgmma::fence_operands(o);
-    __syncthreads();  // the stage just read is the next load's target
+    mbarrier::arrive(&empty[st]);  // this warpgroup is done with the stage
   }
-  cp_async_wait<0>();
 
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
@@ -242,7 +281,7 @@ __global__ void __launch_bounds__(128, 2)
   // Each thread writes two adjacent elements per 8-column block of its two rows.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
-    const int gr = it.row_begin + warp * 16 + lane / 4 + 8 * i;
+    const int gr = it.row_begin + wg * 64 + warp * 16 + lane / 4 + 8 * i;
     if (gr >= row_end) continue;
     const int token = tok0 + gr / rpt, head = it.q_head + gr % rpt;
     const int64_t row = int64_t(token) * p.num_q_heads + head;
@@ -282,6 +321,7 @@ __global__ void __launch_bounds__(128, 2)
 
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, cudaStream_t stream) {
+  static_assert(FlashPrefillConfig<D, DV>::kM == kFlashPrefillRows, "item rows");
   if (p.num_items == 0) return cudaSuccess;
   const auto kernel = flash_prefill_kernel<D, DV, T>;
   const size_t smem = FlashPrefillConfig<D, DV>::kSmemBytes;

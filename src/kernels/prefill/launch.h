@@ -8,13 +8,16 @@
 
 namespace tripath::kernels {
 
+// Packed query rows per work item of the flash kernel (the unified kRows64 tile takes 64).
+constexpr int kFlashPrefillRows = 128;
+
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, cudaStream_t stream);
 
 // True if this build compiled the kernel for sm_90a and (head_dim, q dtype); the KV cache must
 // then hold the same 16-bit dtype as q.
 bool flash_prefill_built(int head_dim, DType q);
-// Takes the unified kernel's 64-row (kRows64) work items and parameters.
+// Takes the unified kernel's parameters with kFlashPrefillRows-row work items.
 cudaError_t launch_flash_prefill(int head_dim, DType q, const UnifiedParams& p,
                                  cudaStream_t stream);
 // MLA's non-absorbed attention: q/k 192, v 128, bf16 (see launch_unified_mla).

@@ -10,7 +10,8 @@ namespace tripath {
 
 // "mla": heads packed in the MMA M dimension, each latent tile loaded once per split and row
 // block. "mla_baseline": two-stage split-KV decode with 16-row blocks (the Triton MLA analog).
-// Both run extend/prefill non-absorbed (cuBLAS decompression + the unified 192/128 kernel).
+// Both run extend/prefill non-absorbed (cuBLAS decompression + 192/128 attention: the Hopper
+// flash kernel for mla on compute capability 9.0, the unified kernel otherwise).
 std::unique_ptr<MlaBackend> make_mla_backend();
 std::unique_ptr<MlaBackend> make_mla_baseline_backend();
 

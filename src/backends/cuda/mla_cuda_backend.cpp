@@ -12,7 +12,9 @@
 // tokens in pieces of at most `chunk`), a pass takes at most one piece of each request up to
 // `chunk` workspace rows, and runs
 //   gather (latent rows -> workspace, k_pe broadcast into K) -> two strided-batched cuBLAS
-//   GEMMs with kv_b_proj (k_nope into K, v into V) -> the unified kernel's 192/128 attention ->
+//   GEMMs with kv_b_proj (k_nope into K, v into V) -> 192/128 attention (mla on compute
+//   capability 9.0: the Hopper flash kernel, 128-row items; otherwise, and for the portable
+//   mla_baseline, the unified kernel's 64-row tiles) ->
 //   merge_parts (running LSE merge; a token's last part writes the bf16 output and LSE).
 // A request with a single piece (a prefill that fits) skips the merge: the attention writes its
 // output directly. Pieces of a context part see all their keys; self pieces are causal.
@@ -24,10 +26,12 @@
 #include <vector>
 
 #include "cuda_util.h"
+#include "device_info.h"
 #include "device_plan.h"
 #include "merge/merge_states.h"
 #include "mla/mla.h"
 #include "mla_backends.h"
+#include "prefill/launch.h"
 #include "tripath/error.h"
 #include "unified/launch.h"
 
@@ -365,7 +369,7 @@ class CudaMlaBackend final : public MlaBackend {
       G.keys.push_back(pc.len);
       const int32_t nq = q - pc.q_from;
       for (int h = 0; h < H; ++h)
-        for (int32_t r = 0; r < nq; r += 64)
+        for (int32_t r = 0; r < nq; r += extend_rows())
           G.items.push_back({2 * v, h, h, r, 0, pc.len, g == 1 ? 0 : -1, 0});
       if (g == 1) {
         // A self piece is the last part of the tokens it holds keys for; later tokens (and
@@ -397,7 +401,7 @@ class CudaMlaBackend final : public MlaBackend {
       // Longest key ranges first: the launch's tail is short blocks, not one long one.
       auto keys_of = [&](const kernels::UnifiedWorkItem& it) {
         const int32_t v = it.request / 2;
-        return G.ctx[2 * v] > 0 ? G.keys[v] : std::min(G.keys[v], it.row_begin + 64);
+        return G.ctx[2 * v] > 0 ? G.keys[v] : std::min(G.keys[v], it.row_begin + extend_rows());
       };
       std::stable_sort(G.items.begin(), G.items.end(),
                        [&](const auto& x, const auto& y) { return keys_of(x) > keys_of(y); });
@@ -484,7 +488,8 @@ class CudaMlaBackend final : public MlaBackend {
         p.scale_log2 = p.score_scale * kLog2e;
         p.softcap = 0.0f;
         p.v_scale = 1.0f;
-        TRIPATH_CUDA_CHECK(kernels::launch_unified_mla(p, stream));
+        TRIPATH_CUDA_CHECK(flash_extend() ? kernels::launch_flash_prefill_mla(p, stream)
+                                          : kernels::launch_unified_mla(p, stream));
       }
 
       if (pass.num_ranges > 0) {
@@ -505,6 +510,12 @@ class CudaMlaBackend final : public MlaBackend {
   }
 
   using bf16_t = uint16_t;  // bf16 storage; the kernels see the element type
+
+  bool flash_extend() const {
+    return kind_ == MlaKind::kPacked && cuda_device_info().compute_capability == 90 &&
+           kernels::flash_prefill_mla_built();
+  }
+  int extend_rows() const { return flash_extend() ? kernels::kFlashPrefillRows : 64; }
 
   MlaKind kind_;
   DeviceArena arena_;

@@ -15,8 +15,8 @@
 //       masks only on tiles that need them);
 //       O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
 //       operand layout) and V MN-major from shared memory.
-// Why cp.async and not TMA: a 16-token cache block is a 4 KB gather per tile row group; the
-// producers compute each key's block once. Items with split >= 0 write normalized partial
+// Why cp.async and not TMA: the keys of a tile come from 16-token cache blocks anywhere in the
+// pool, so each tile is a gather (a bulk copy per block would be 4 KB or less). Items with split >= 0 write normalized partial
 // states (merged by merge_states, which applies sinks); others write the final output, sinks
 // and LSE. Semantics match unified_attention.cuh. KV must be the 16-bit q dtype; head dims
 // multiples of 64. The backend picks this kernel on compute capability 9.0 only; built without
@@ -24,6 +24,8 @@
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <type_traits>
 
 #include "common/device_math.cuh"
 #include "common/kv_layout.h"
@@ -120,34 +122,31 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
     }
     mbarrier::arrive_on_cp_async(q_full);
 
-    // K/V: each thread owns one key of the tile (two threads per key for 32-key tiles) and
-    // looks its block up once; K rows hold D elements and V rows DV, in 16-byte chunks.
-    constexpr int kThreadsPerKey = Cfg::kProducerThreads / kN;
-    const int key = pt / kThreadsPerKey, part = pt % kThreadsPerKey;
+    // K/V: consecutive threads take consecutive 16-byte chunks of a key's row, so a warp reads
+    // whole rows (coalesced); K rows hold D elements and V rows DV.
     const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+    auto load_rows = [&](unsigned char* dst, const void* cache, int tile_start, auto dim_tag) {
+      constexpr int kChunks = decltype(dim_tag)::value / 8;
+      constexpr int kDim = decltype(dim_tag)::value;
+#pragma unroll 4
+      for (int idx = pt; idx < kN * kChunks; idx += Cfg::kProducerThreads) {
+        const int key = idx / kChunks, c = idx % kChunks, kabs = tile_start + key;
+        const bool valid = kabs < key_hi;
+        int64_t off = 0;
+        if (valid) {
+          off = kv_chunk_offset(p.layout, table[kabs >> p.log2_block_size],
+                                kabs & (p.block_size - 1), it.kv_head, c, p.block_size,
+                                p.num_kv_heads, kDim, 8);
+        }
+        cp_async_16(dst + sw128_offset(key, c, kN), static_cast<const T*>(cache) + off, valid);
+      }
+    };
     for (int j = 0; j < num_tiles; ++j) {
       const int st = j % kStages;
       if (j >= kStages) mbarrier::wait(&empty[st], ((j / kStages) - 1) & 1);
-      const int kabs = key_lo + j * kN + key;
-      const bool valid = kabs < key_hi;
-      const int64_t block = valid ? table[kabs >> p.log2_block_size] : 0;
-      const int slot = kabs & (p.block_size - 1);
-      unsigned char* dk = sK + st * Cfg::kBytesK;
-      unsigned char* dv = sV + st * Cfg::kBytesV;
-#pragma unroll 4
-      for (int c = part; c < D / 8; c += kThreadsPerKey) {
-        const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
-                                                    p.block_size, p.num_kv_heads, D, 8)
-                                  : 0;
-        cp_async_16(dk + sw128_offset(key, c, kN), static_cast<const T*>(p.k_cache) + off, valid);
-      }
-#pragma unroll 4
-      for (int c = part; c < DV / 8; c += kThreadsPerKey) {
-        const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
-                                                    p.block_size, p.num_kv_heads, DV, 8)
-                                  : 0;
-        cp_async_16(dv + sw128_offset(key, c, kN), static_cast<const T*>(p.v_cache) + off, valid);
-      }
+      const int tile_start = key_lo + j * kN;
+      load_rows(sK + st * Cfg::kBytesK, p.k_cache, tile_start, std::integral_constant<int, D>{});
+      load_rows(sV + st * Cfg::kBytesV, p.v_cache, tile_start, std::integral_constant<int, DV>{});
       mbarrier::arrive_on_cp_async(&full[st]);
     }
     cp_async_wait<0>();

@@ -6,9 +6,12 @@
 //    extend_chunk_budget context tokens per round across the extend requests), each round
 //    merged into a running state: workspace is 3 x extend tokens x heads x (head dim + 1)
 //    floats whatever the context length.
-// Prefill and extend run the Hopper flash kernel (src/kernels/prefill: wgmma, same 64-row work
-// items as the unified kernel) on compute capability 9.0 when the cache holds the q dtype and
-// the head dim is built for it; otherwise, and for decode, the unified mma.sync tile kernel.
+// Decode runs the split-KV paged decode kernel (src/kernels/decode) when a request's rows (query
+// tokens x GQA group) fit its 16-row tile, the unified tiles otherwise; a step whose decode
+// requests all have one split writes the output directly (no partials, no merge).
+// Prefill and extend run the Hopper flash kernel (src/kernels/prefill: wgmma, 128-row work
+// items) on compute capability 9.0 when the cache holds the q dtype and the head dim is built
+// for it; otherwise the unified mma.sync tile kernel (64-row items).
 // All launches go to the caller's stream; nothing allocates or synchronizes in run().
 #include <algorithm>
 
@@ -16,6 +19,7 @@
 #include "cuda_entry.h"
 #include "cuda_util.h"
 #include "device_info.h"
+#include "decode/launch.h"
 #include "merge/merge_states.h"
 #include "prefill/launch.h"
 #include "unified/launch.h"
@@ -65,20 +69,27 @@ class ThreePathBackend final : public CudaAttentionBackend {
 
     // Decode: the planner's splits; per-token part counts for the merge.
     decode_tile_ = plan.max_query_len * group <= 16 ? kernels::kRows16 : kernels::kRows64;
+    max_decode_query_ = 1;
+    for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i)
+      max_decode_query_ = std::max(max_decode_query_, plan.query_lens[i]);
     int decode_rows = 16;
     for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i)
       if (plan.query_lens[i] * group > 16) decode_tile_ = kernels::kRows64;
     if (decode_tile_ == kernels::kRows64) decode_rows = 64;
     decode_splits_ = 0;
+    for (int32_t d = 0; d < plan.decode.num_requests(); ++d)
+      decode_splits_ = std::max(decode_splits_, plan.decode_cu_splits[d + 1] - plan.decode_cu_splits[d]);
+    // One split per request: the kernel writes the output itself, no partials and no merge.
+    decode_direct_ = decode_splits_ <= 1;
     std::vector<int32_t> token_parts(static_cast<size_t>(plan.num_tokens), 0);
     for (int32_t d = 0; d < plan.decode.num_requests(); ++d) {
       const int32_t i = plan.decode.begin + d;
       const int32_t first = plan.decode_cu_splits[d], count = plan.decode_cu_splits[d + 1] - first;
-      decode_splits_ = std::max(decode_splits_, count);
       for (int32_t t = 0; t < plan.query_lens[i]; ++t) token_parts[plan.cu_seqlens_q[i] + t] = count;
       for (int32_t s = 0; s < count; ++s) {
         const int32_t start = plan.split_kv_start[first + s];
-        add_items(items, plan, i, group, hkv, decode_rows, start, start + plan.split_kv_len[first + s], s);
+        add_items(items, plan, i, group, hkv, decode_rows, start, start + plan.split_kv_len[first + s],
+                  decode_direct_ ? -1 : s);
       }
     }
     push_launch(items, decode_tile_, Launch::kDecode, -1);
@@ -98,7 +109,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     const size_t row_floats = static_cast<size_t>(params.head_dim) + 1;
     decode_rows_total_ = static_cast<size_t>(plan.decode.num_tokens()) * params.num_q_heads;
     extend_rows_total_ = static_cast<size_t>(plan.extend.num_tokens()) * params.num_q_heads;
-    decode_floats_ = decode_splits_ * decode_rows_total_ * row_floats;
+    decode_floats_ = decode_direct_ ? 0 : decode_splits_ * decode_rows_total_ * row_floats;
     const size_t total = decode_floats_ + 3 * extend_rows_total_ * row_floats;
     workspace_.ensure(std::max<size_t>(total, 1) * sizeof(float));
   }
@@ -123,6 +134,11 @@ class ThreePathBackend final : public CudaAttentionBackend {
 
     const bool flash = flash_possible_ && kv == in.q.dtype &&
                        kernels::flash_prefill_built(params.head_dim, in.q.dtype);
+    const bool decode_kernel =
+        decode_tile_ == kernels::kRows16 &&
+        kernels::decode_kernel_supports(params.head_dim, in.q.dtype, kv,
+                                        params.num_q_heads / params.num_kv_heads,
+                                        plan.decode.num_requests() > 0 ? max_decode_query_ : 1);
     int acc = 0;  // extend slot holding the running state
     for (const Launch& l : launches_) {
       if (l.kind != Launch::kDecode && l.flash != flash) continue;  // the other item set
@@ -141,12 +157,14 @@ class ThreePathBackend final : public CudaAttentionBackend {
       if (l.kind == Launch::kDecode) p.num_tokens = static_cast<int32_t>(plan.decode.num_tokens());
       if (flash && l.kind != Launch::kDecode) {
         TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(params.head_dim, in.q.dtype, p, stream));
+      } else if (decode_kernel && l.kind == Launch::kDecode) {
+        TRIPATH_CUDA_CHECK(kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
         TRIPATH_CUDA_CHECK(
             kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
       }
 
-      if (l.kind == Launch::kDecode) {
+      if (l.kind == Launch::kDecode && !decode_direct_) {
         kernels::MergeParams m{};
         m.part_out = decode_out - dec_row0 * dim;
         m.part_lse = decode_lse - dec_row0;
@@ -207,19 +225,33 @@ class ThreePathBackend final : public CudaAttentionBackend {
   }
 
   // Prefill (final output, causal over the new tokens), then extend: the self-part and one
-  // round per planner chunk; `rows` packed rows per item.
+  // round per planner chunk; `rows` packed rows per item. Order: the unified tiles take the
+  // longest key ranges first; the flash items stay grouped by (request, KV head), last row
+  // block first, so the blocks running together share one K/V prefix in L2 (a wave sorted by
+  // length alone reads every pair's prefix at once: 64 MB for prefill-8k, more than the L2).
   void add_compute_paths(std::vector<UnifiedWorkItem>& items, const StepPlan& plan, int group,
                          int hkv, int rows, bool flash) {
+    auto order = [&](size_t begin) {
+      if (flash) {
+        std::stable_sort(items.begin() + begin, items.end(), [](const auto& a, const auto& b) {
+          if (a.request != b.request) return a.request < b.request;
+          if (a.kv_head != b.kv_head) return a.kv_head < b.kv_head;
+          return a.row_begin > b.row_begin;
+        });
+      } else {
+        longest_first(items, begin, plan, group, rows);
+      }
+    };
     const size_t prefill_begin = items.size();
     for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
       add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
-    longest_first(items, prefill_begin, plan, group, rows);
+    order(prefill_begin);
     push_launch(items, kernels::kRows64, Launch::kPrefill, -1, flash);
 
     const size_t self_begin = items.size();
     for (int32_t i = plan.extend.begin; i < plan.extend.end; ++i)
       add_items(items, plan, i, group, hkv, rows, plan.context_lens[i], plan.seq_len(i), 0);
-    longest_first(items, self_begin, plan, group, rows);
+    order(self_begin);
     push_launch(items, kernels::kRows64, Launch::kExtendSelf, -1, flash);
     const int32_t ne = plan.extend.num_requests();
     for (int32_t c = 0; c < plan.num_chunks; ++c) {
@@ -229,13 +261,15 @@ class ThreePathBackend final : public CudaAttentionBackend {
         add_items(items, plan, plan.extend.begin + e, group, hkv, rows, start,
                   start + plan.chunk_kv_len[c * ne + e], 0);
       }
-      longest_first(items, round_begin, plan, group, rows);
+      order(round_begin);
       push_launch(items, kernels::kRows64, Launch::kExtendChunk, c, flash);
     }
   }
 
   kernels::UnifiedTile decode_tile_ = kernels::kRows16;
   bool flash_possible_ = false;
+  bool decode_direct_ = false;  // every decode request has one split: final output, no merge
+  int32_t max_decode_query_ = 1;
   int32_t decode_splits_ = 0;
   size_t decode_rows_total_ = 0, extend_rows_total_ = 0, decode_floats_ = 0;
   size_t items_offset_ = 0, token_parts_offset_ = 0;

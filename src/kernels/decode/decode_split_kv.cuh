@@ -1,0 +1,419 @@
+// Split-KV paged decode: the bandwidth-bound decode path of three_path.
+//
+// What it computes: for one UnifiedWorkItem (decode request, KV head, key range [kv_begin,
+// kv_end), split slot) the attention of up to 16 packed query rows (query token x GQA group,
+// row = token * group + head, as the unified kernel packs them) over those keys, straight from
+// the paged cache: causal with the context offset (query i sees keys <= context_len + i), left
+// window, soft-cap, fp8 k/v scales. A partial item (split >= 0) writes the normalized output and
+// natural-log LSE to the merge kernel's partial slot (merge_states applies sinks); an item with
+// split -1 writes the final output, sinks and LSE (the request's only split).
+//
+// Grid: one block per item; kWarps warps (4 for head dim <= 128, else 2) each own 16 keys of
+// every stage. Stages of kKeys = 16 * kWarps keys stream through shared memory in a kStages-deep
+// cp.async ring sized to keep two blocks per SM (bf16 D=128: 3 x 64 keys, 64 KB in flight per
+// block; fp8 D=128: 5 x 64 keys): one __syncthreads per stage. Each key's global row offset is
+// computed once (one block-table lookup per key, a stage ahead, into shared memory), not per
+// 16-byte chunk. QK^T and PV on tensor cores (mma.sync m16n8k16, f32 accumulate), online softmax
+// in base 2 per warp; the warps' states combine through shared memory at the end. fp8 caches land
+// raw and widen in registers (decode_fragments.cuh) with the tensor cores in f16.
+//
+// Specializations: head dim x q dtype (bf16, f16) x KV dtype (q dtype, fp8 e4m3), generated from
+// the unified table in src/kernels/CMakeLists.txt. Tests: tests/gpu/test_gpu_decode.cpp (also
+// its opt-in timing test, TRIPATH_DECODE_BENCH=1).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/device_math.cuh"
+#include "common/kv_layout.h"
+#include "decode/decode_fragments.cuh"
+#include "unified/params.h"
+
+namespace tripath::kernels {
+
+template <int D, typename T, typename KvT>
+struct DecodeConfig {
+  static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
+  using MmaT = std::conditional_t<kFp8, fp16, T>;  // fp8 widens exactly into f16
+  static constexpr int kWarps = D <= 128 ? 4 : 2;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kKeys = 16 * kWarps;   // keys per stage: 16 per warp
+  static constexpr int kPer = kFp8 ? 16 : 8;  // elements per 16-byte chunk
+  static constexpr int kChunks = D / kPer;    // 16-byte chunks per K/V row
+  // Shared row pitch: 16-bit rows +16 bytes (conflict-free ldmatrix, as unified); fp8 rows
+  // padded to 16 mod 32 bytes, which makes the 8 rows of one ldmatrix phase hit 8 bank groups.
+  static constexpr int kRowBytes = kFp8 ? ((D + 16) % 32 == 16 ? D + 16 : D + 32) : (D + 8) * 2;
+  static constexpr int kStageBytes = 2 * kKeys * kRowBytes;  // K rows, then V rows
+  static constexpr int kQStride = D + 8;                     // q rows, in elements
+  static constexpr int kSmemQ = 16 * kQStride * sizeof(T);
+  static constexpr int kSmemQh = kFp8 ? 16 * kQStride * 2 : 0;  // f16 q, permuted (fp8 only)
+  static constexpr int kSmemQmul = 16 * sizeof(float);
+  // Two blocks per SM: 228 KB per SM, 1 KB reserved per block.
+  static constexpr int kSmemBudget = 113 * 1024;
+  static constexpr int kStagesFit =
+      (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul) / (kStageBytes + kKeys * 8);
+  static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
+  static_assert(kStages >= 2, "a stage ring of two at least");
+  static constexpr int kSmemKV = kStages * kStageBytes;
+  // The end-of-block combine reuses the stage ring: per warp 16 rows x (D + 8) floats, m, l.
+  static constexpr int kReduceStride = D + 8;
+  static constexpr int kSmemReduce = kWarps * 16 * (kReduceStride + 2) * 4;
+  static constexpr int kOffQ = kSmemKV > kSmemReduce ? kSmemKV : kSmemReduce;
+  static constexpr int kOffQh = kOffQ + kSmemQ;
+  static constexpr int kOffKB = kOffQh + kSmemQh;
+  static constexpr int kOffQmul = kOffKB + kStages * kKeys * 8;
+  static constexpr int kSmemBytes = kOffQmul + kSmemQmul;
+  static constexpr bool kQInRegs = D <= 128;  // D/16 x 4 registers of q fragments
+  static_assert(D % 16 == 0, "head dim a multiple of 16");
+  static_assert(kSmemBytes <= kSmemBudget, "two blocks per SM");
+};
+
+// Physical 16-byte chunk of logical chunk c in a key row (the tiled layout swizzles them).
+__device__ __forceinline__ int decode_phys_chunk(int layout, int c, int slot, int chunks) {
+  return layout == kLayoutTiled ? tiled_chunk_of(c, slot, chunks) : c;
+}
+
+template <int D, typename T, typename KvT>
+__global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
+    paged_decode_split_kv_kernel(const __grid_constant__ UnifiedParams p) {
+  using Cfg = DecodeConfig<D, T, KvT>;
+  using MmaT = typename Cfg::MmaT;
+  constexpr int kThreads = Cfg::kThreads, kKeys = Cfg::kKeys, kStages = Cfg::kStages;
+  constexpr int kRowBytes = Cfg::kRowBytes, kChunks = Cfg::kChunks, kPer = Cfg::kPer;
+  constexpr int kQStride = Cfg::kQStride;
+  constexpr bool kFp8 = Cfg::kFp8;
+  constexpr float kNegInf = -INFINITY;
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  extern __shared__ __align__(128) unsigned char smem[];
+  unsigned char* s_kv = smem;
+  T* s_q = reinterpret_cast<T*>(smem + Cfg::kOffQ);
+  fp16* s_qh = reinterpret_cast<fp16*>(smem + Cfg::kOffQh);
+  int64_t* s_kb = reinterpret_cast<int64_t*>(smem + Cfg::kOffKB);  // [kStages][kKeys]
+  float* s_qmul = reinterpret_cast<float*>(smem + Cfg::kOffQmul);
+
+  const UnifiedWorkItem it = p.items[blockIdx.x];
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tok0 = p.cu_seqlens_q[it.request];
+  const int qlen = p.cu_seqlens_q[it.request + 1] - tok0;
+  const int ctx = p.context_lens[it.request];
+  const int rpt = p.rows_per_token;
+  const int row_end = min(it.row_begin + 16, qlen * rpt);
+  if (row_end <= it.row_begin) return;  // no rows: nothing reads this item's slot
+  const int t_first = it.row_begin / rpt, t_last = (row_end - 1) / rpt;
+  const int window = p.window_left;
+  const int key_lo = max(window >= 0 ? max(0, ctx + t_first - window) : 0, it.kv_begin);
+  const int key_hi = min(ctx + t_last + 1, it.kv_end);
+  const int num_stages = key_hi > key_lo ? (key_hi - key_lo + kKeys - 1) / kKeys : 0;
+  // Keys every row of the item sees: a stage inside [full_lo, full_hi) needs no mask.
+  const int full_lo = window >= 0 ? ctx + t_last - window : 0;
+  const int full_hi = min(key_hi, ctx + t_first + 1);
+  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+  const int bs_mask = p.block_size - 1;
+
+  // Q rows (zero-filled past row_end): the first cp.async group.
+  {
+    const T* q = static_cast<const T*>(p.q);
+    constexpr int kQChunks = D / 8;
+    for (int idx = tid; idx < 16 * kQChunks; idx += kThreads) {
+      const int r = idx / kQChunks, c = idx % kQChunks, gr = it.row_begin + r;
+      const bool valid = gr < row_end;
+      const T* src =
+          valid ? q + (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8
+                : q;
+      cp_async_16(s_q + r * kQStride + c * 8, src, valid);
+    }
+    cp_async_commit();
+  }
+
+  // Element offset of logical chunk 0's row start of key `kabs` (chunk c adds phys(c) * kPer):
+  // kv_chunk_offset(chunk c) == key_base + decode_phys_chunk(c) * kPer for every layout.
+  auto key_base = [&](int kabs, int32_t block) -> int64_t {
+    const int slot = kabs & bs_mask;
+    return kv_chunk_offset(p.layout, block, slot, it.kv_head, 0, p.block_size, p.num_kv_heads, D,
+                           kPer) -
+           int64_t(decode_phys_chunk(p.layout, 0, slot, kChunks)) * kPer;
+  };
+  for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
+    const int kabs = key_lo + idx;  // stage idx / kKeys, key idx % kKeys
+    if (kabs < key_hi) s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
+  }
+  __syncthreads();
+
+  // Stage s -> ring slot s % kStages; keys past key_hi are zero-filled and never read from HBM.
+  const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
+  const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
+  auto issue_stage = [&](int s) {
+    const int slot = s % kStages, start = key_lo + s * kKeys;
+    const int64_t* kb = s_kb + slot * kKeys;
+    unsigned char* dk = s_kv + slot * Cfg::kStageBytes;
+    unsigned char* dv = dk + kKeys * kRowBytes;
+    constexpr int kTotal = kKeys * kChunks;
+#pragma unroll
+    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+      const int idx = tid + i * kThreads;
+      if (kTotal % kThreads != 0 && idx >= kTotal) break;
+      const int key = idx / kChunks, c = idx % kChunks, kabs = start + key;
+      const bool valid = kabs < key_hi;
+      const int64_t off =
+          valid ? kb[key] + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
+                : 0;
+      if constexpr (D * sizeof(KvT) >= 128) {
+        decode::cp_async_16_l2_128(dk + key * kRowBytes + c * 16, k_cache + off, valid);
+        decode::cp_async_16_l2_128(dv + key * kRowBytes + c * 16, v_cache + off, valid);
+      } else {
+        cp_async_16(dk + key * kRowBytes + c * 16, k_cache + off, valid);
+        cp_async_16(dv + key * kRowBytes + c * 16, v_cache + off, valid);
+      }
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < num_stages) issue_stage(s);
+    cp_async_commit();
+  }
+  cp_async_wait<kStages - 1>();  // the q group has landed (the stages may still be in flight)
+  __syncthreads();
+
+  // fp8: q goes to f16 in the permuted order the widened K fragments expect. A bf16 row is first
+  // scaled by 2^e so its largest |q| lands in [2^14, 2^15): bf16's 8 significant bits fit f16's
+  // 11 exactly down to 2^-29 of the row maximum; the score multiplier undoes 2^e.
+  float row_mul[2] = {1.0f, 1.0f};
+  if constexpr (kFp8) {
+    constexpr int kTpr = kThreads / 16;  // threads per row
+    const int r = tid / kTpr, part = tid % kTpr;
+    int e = 0;
+    if constexpr (std::is_same_v<T, bf16>) {
+      float mx = 0.0f;
+      for (int d = part; d < D; d += kTpr) mx = fmaxf(mx, fabsf(to_float(s_q[r * kQStride + d])));
+#pragma unroll
+      for (int o = kTpr / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+      if (mx > 0.0f && mx < INFINITY) e = min(max(14 - ilogbf(mx), -120), 120);  // NaN: 0
+    }
+    const float up = __int_as_float((127 + e) << 23);  // 2^e, exact
+    if (part == 0) s_qmul[r] = __int_as_float((127 - e) << 23);
+    for (int d = part; d < D; d += kTpr) {
+      s_qh[r * kQStride + decode::decode_q_position(d)] =
+          __float2half_rn(to_float(s_q[r * kQStride + d]) * up);
+    }
+    __syncthreads();
+    row_mul[0] = s_qmul[lane / 4];
+    row_mul[1] = s_qmul[lane / 4 + 8];
+  }
+  const MmaT* q_smem =
+      kFp8 ? reinterpret_cast<const MmaT*>(s_qh) : reinterpret_cast<const MmaT*>(s_q);
+  const MmaT* q_warp = q_smem + (lane % 16) * kQStride + (lane / 16) * 8;
+  constexpr int kQFrags = Cfg::kQInRegs ? D / 16 : 1;
+  uint32_t qf[kQFrags][4];
+  if constexpr (Cfg::kQInRegs) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qf[ks], q_warp + ks * 16);
+  }
+  auto q_frag = [&](int ks, uint32_t(&a)[4]) {
+    if constexpr (Cfg::kQInRegs) {
+      a[0] = qf[ks][0];
+      a[1] = qf[ks][1];
+      a[2] = qf[ks][2];
+      a[3] = qf[ks][3];
+    } else {
+      ldmatrix_x4(a, q_warp + ks * 16);
+    }
+  };
+
+  // The two rows this thread holds in every accumulator fragment, and what they may see.
+  int row_pos[2];
+  bool row_ok[2];
+  float lg_scale[2], cap_in[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = it.row_begin + lane / 4 + 8 * i;
+    row_ok[i] = gr < row_end;
+    row_pos[i] = ctx + (row_ok[i] ? gr / rpt : 0);
+    lg_scale[i] = p.scale_log2 * row_mul[i];
+    cap_in[i] = p.softcap > 0.0f ? p.score_scale * row_mul[i] / p.softcap : 0.0f;
+  }
+  const float cap_out = p.softcap * kLog2e;
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+
+  for (int j = 0; j < num_stages; ++j) {
+    cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies)
+    __syncthreads();               // everyone's copies; stage j - 1's slot is free again
+    if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
+    cp_async_commit();
+    // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
+    // latency hides behind this stage. Slot (j + kStages) % kStages was last read when stage j
+    // was issued, before this iteration's barrier.
+    const int nb_kabs = key_lo + (j + kStages) * kKeys + tid;
+    const bool nb_do = tid < kKeys && nb_kabs < key_hi;
+    const int32_t nb_block = nb_do ? table[nb_kabs >> p.log2_block_size] : 0;
+
+    const int start = key_lo + j * kKeys;
+    const unsigned char* tk = s_kv + (j % kStages) * Cfg::kStageBytes + warp * 16 * kRowBytes;
+    const unsigned char* tv = tk + kKeys * kRowBytes;
+
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    decode::decode_qk<D, kRowBytes, kFp8, MmaT>(s, tk, lane, q_frag);
+
+    // Scale (soft-cap) into base-2 logits; mask only stages not wholly visible to every row.
+    const bool full = start >= full_lo && start + kKeys <= full_hi;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int i = e / 2;
+        float x = p.softcap > 0.0f ? cap_out * tanhf(s[nt][e] * cap_in[i]) : s[nt][e] * lg_scale[i];
+        if (!full) {
+          const int key = start + warp * 16 + nt * 8 + (lane % 4) * 2 + (e % 2);
+          const bool ok = row_ok[i] && key < key_hi && key <= row_pos[i] &&
+                          (window < 0 || key >= row_pos[i] - window);
+          x = ok ? x : kNegInf;
+        }
+        s[nt][e] = x;
+      }
+    }
+
+    // Online softmax per row; a row with nothing visible yet keeps m = -inf and weight 0.
+    float alpha[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      float mx = fmaxf(fmaxf(s[0][2 * i], s[0][2 * i + 1]), fmaxf(s[1][2 * i], s[1][2 * i + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[i], mx);
+      const float base = m_new == kNegInf ? 0.0f : m_new;
+      alpha[i] = exp2f(m[i] - base);
+      m[i] = m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        s[nt][2 * i] = exp2f(s[nt][2 * i] - base);
+        s[nt][2 * i + 1] = exp2f(s[nt][2 * i + 1] - base);
+        sum += s[nt][2 * i] + s[nt][2 * i + 1];
+      }
+      l[i] = l[i] * alpha[i] + sum;
+    }
+    // Once the maxima settle (most stages of a long context) alpha is exactly 1: skip the
+    // D/2 multiplies per thread.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o[dn][0] *= alpha[0];
+        o[dn][1] *= alpha[0];
+        o[dn][2] *= alpha[1];
+        o[dn][3] *= alpha[1];
+      }
+    }
+
+    // O += P V over this warp's 16 keys.
+    const uint32_t a[4] = {pack2<MmaT>(s[0][0], s[0][1]), pack2<MmaT>(s[0][2], s[0][3]),
+                           pack2<MmaT>(s[1][0], s[1][1]), pack2<MmaT>(s[1][2], s[1][3])};
+    decode::decode_pv<D, kRowBytes, kFp8, MmaT>(o, a, tv, lane);
+
+    if (nb_do) s_kb[((j + kStages) % kStages) * kKeys + tid] = key_base(nb_kabs, nb_block);
+  }
+
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+  }
+
+  // The warps hold the same 16 rows over different keys: combine through shared memory (the
+  // stage ring, idle now).
+  constexpr int kRS = Cfg::kReduceStride;
+  float* red_o = reinterpret_cast<float*>(smem);  // [kWarps][16][kRS]
+  float* red_m = red_o + Cfg::kWarps * 16 * kRS;  // [kWarps][16]
+  float* red_l = red_m + Cfg::kWarps * 16;
+  cp_async_wait<0>();
+  __syncthreads();
+  {
+    const int t = lane % 4, g = lane / 4;
+    float* w_o = red_o + warp * 16 * kRS;
+#pragma unroll
+    for (int tile = 0; tile < D / 8; ++tile) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        w_o[(g + 8 * (e / 2)) * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
+      }
+    }
+    if (t == 0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        red_m[warp * 16 + g + 8 * i] = m[i];
+        red_l[warp * 16 + g + 8 * i] = l[i];
+      }
+    }
+  }
+  __syncthreads();
+
+  for (int idx = tid; idx < 16 * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
+    if (gr >= row_end) continue;
+    float mx = kNegInf;
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
+    const float base = mx == kNegInf ? 0.0f : mx;
+    float lv = 0.0f;
+    float4 ov = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < Cfg::kWarps; ++w) {
+      const float f = exp2f(red_m[w * 16 + r] - base);
+      const float4 x = *reinterpret_cast<const float4*>(red_o + (w * 16 + r) * kRS + d);
+      lv += red_l[w * 16 + r] * f;
+      ov.x += x.x * f;
+      ov.y += x.y * f;
+      ov.z += x.z * f;
+      ov.w += x.w * f;
+    }
+    const int head = it.q_head + gr % rpt;
+    const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
+    float lse = lv > 0.0f ? (base + log2f(lv)) * 0.6931471805599453f : kNegInf;
+    float scale = lv > 0.0f ? p.v_scale / lv : 0.0f;
+    if (it.split >= 0) {
+      const int64_t prow = int64_t(it.split) * p.num_tokens * p.num_q_heads + row;
+      *reinterpret_cast<float4*>(p.partial_out + prow * D + d) =
+          make_float4(ov.x * scale, ov.y * scale, ov.z * scale, ov.w * scale);
+      if (d == 0) p.partial_lse[prow] = lse;
+      continue;
+    }
+    if (p.sinks != nullptr) {  // the sink: one more part with output 0 and LSE = its logit
+      const float sink = p.sinks[head];
+      const float smx = fmaxf(lse, sink);
+      const float merged = smx + logf(expf(lse - smx) + expf(sink - smx));
+      scale *= expf(lse - merged);
+      lse = merged;
+    }
+    uint2 packed;
+    packed.x = pack2<T>(ov.x * scale, ov.y * scale);
+    packed.y = pack2<T>(ov.z * scale, ov.w * scale);
+    *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
+    if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
+  }
+}
+
+template <int D, typename T, typename KvT>
+cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream) {
+  using Cfg = DecodeConfig<D, T, KvT>;
+  if (p.num_items == 0) return cudaSuccess;
+  auto kernel = paged_decode_split_kv_kernel<D, T, KvT>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  // The whole carveout as shared memory, so two blocks fit per SM.
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return e;
+  kernel<<<p.num_items, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace tripath::kernels

@@ -1,0 +1,37 @@
+// Host entry points of the split-KV paged decode kernel (decode_split_kv.cuh): runtime (head
+// dim, dtypes) -> the built template. It reads the unified kernel's parameters and work items
+// (UnifiedParams / UnifiedWorkItem, unified/params.h) with the same meaning and the same partial
+// buffer format, so a backend swaps launch_unified(..., kRows16, ...) for launch_paged_decode.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "tripath/dtype.h"
+#include "unified/params.h"
+
+namespace tripath::kernels {
+
+template <int D, typename T, typename KvT>
+cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream);
+
+// True if this build instantiated the kernel for (head_dim, q dtype, kv dtype): the same table
+// as the unified kernel (TRIPATH_HEAD_DIMS x TRIPATH_DTYPES x {q dtype, fp8 e4m3}).
+bool decode_built(int head_dim, DType q, DType kv);
+
+// True if launch_paged_decode serves decode requests of up to `max_query_len` tokens with
+// `group` query heads per KV head: the kernel packs query_len * group <= 16 rows into one tile
+// per (request, KV head, split). Otherwise false, with the reason in *why when given: the
+// backend then keeps the unified kernel for the step's decode path.
+bool decode_kernel_supports(int head_dim, DType q, DType kv, int group, int max_query_len,
+                            std::string* why = nullptr);
+
+// One block per work item (p.items[0, p.num_items)); each item covers all rows of its request
+// (row_begin 0, q_head = kv_head * group). Items with split >= 0 write p.partial_out /
+// p.partial_lse slot `split` (merge with launch_merge_states); split -1 writes p.out, p.lse and
+// applies p.sinks. Returns cudaErrorInvalidValue for a specialization that was not built.
+cudaError_t launch_paged_decode(int head_dim, DType q, DType kv, const UnifiedParams& p,
+                                cudaStream_t stream);
+
+}  // namespace tripath::kernels

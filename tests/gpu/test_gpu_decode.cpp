@@ -1,0 +1,565 @@
+// The split-KV paged decode kernel (src/kernels/decode), driven directly through
+// launch_paged_decode on decode-only steps, against the CPU reference: random (never zero)
+// inputs, outputs / LSEs / partial buffers NaN-poisoned, caches NaN-poisoned outside written
+// slots, block tables shuffled over a pool 2.5x the need. Covers GQA groups 1, 3, 4, 8, 16, every
+// built head dim, block sizes 1/16/32/64, NHD/HND/tiled, contexts 0..70000, one split (final
+// output written directly) and several (uneven, some empty: partials + the merge kernel, and the
+// planner's partition), window, soft-cap, sinks, LSE on/off, a non-default scale, fp8 KV with
+// distinct k/v scales, f16, decode_threshold 2 and 4 (MTP rows). Repeated runs are bitwise
+// identical. GpuDecodeBench times the kernel against the unified kRows16 tile on the published
+// decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "gpu_test_util.h"
+
+#ifdef TRIPATH_WITH_CUDA
+#include "decode/launch.h"
+#include "merge/merge_states.h"
+#include "unified/launch.h"
+#endif
+
+namespace tripath::gputest {
+namespace {
+
+struct DecodeCase {
+  std::string name;
+  int hq = 8, hkv = 2, dim = 128, block_size = 16;
+  KvLayout layout = KvLayout::kNHD;
+  DType dtype = DType::kBF16, cache = DType::kBF16;
+  int window = -1;
+  float softcap = 0.0f, scale = 0.0f;
+  bool sinks = false, lse = true;
+  int threshold = 1;
+  // 1: one split per request, final output written by the kernel; n > 1: n uneven splits per
+  // request (some empty for short contexts) merged by the merge kernel; 0: the planner's split
+  // partition (always merged, as three_path does).
+  int splits = 1;
+  std::vector<ReqShape> reqs;
+};
+
+std::ostream& operator<<(std::ostream& os, const DecodeCase& c) { return os << c.name; }
+
+std::vector<ReqShape> decode_mix() {
+  return {{1, 4096}, {1, 17}, {1, 1}, {1, 1013}, {1, 0}, {1, 2500}, {1, 64}, {1, 777}};
+}
+
+std::vector<DecodeCase> all_cases() {
+  std::vector<DecodeCase> out;
+  auto add = [&](DecodeCase c, const std::string& name) {
+    c.name = name;
+    out.push_back(c);
+  };
+  DecodeCase base;
+  base.reqs = decode_mix();
+  for (int g : {1, 4, 8, 16, 3}) {
+    DecodeCase c = base;
+    c.hq = 2 * g;
+    for (int splits : {1, 3}) {
+      c.splits = splits;
+      add(c, "gqa" + std::to_string(g) + "_splits" + std::to_string(splits));
+    }
+  }
+  for (int d : {64, 80, 96, 128, 192, 256}) {
+    DecodeCase c = base;
+    c.dim = d;
+    add(c, "d" + std::to_string(d));
+    c.cache = DType::kFP8E4M3;
+    c.splits = 2;
+    add(c, "fp8_d" + std::to_string(d) + "_splits2");
+  }
+  for (int bs : {16, 32, 64}) {
+    for (KvLayout l : {KvLayout::kNHD, KvLayout::kHND, KvLayout::kTiled}) {
+      DecodeCase c = base;
+      c.hq = 16;
+      c.block_size = bs;
+      c.layout = l;
+      c.splits = bs == 32 ? 2 : 1;
+      add(c, "bs" + std::to_string(bs) + "_" + layout_name(l));
+      c.cache = DType::kFP8E4M3;
+      add(c, "fp8_bs" + std::to_string(bs) + "_" + layout_name(l));
+    }
+  }
+  {
+    DecodeCase c = base;
+    c.block_size = 1;
+    c.reqs = {{1, 300}, {1, 3}, {1, 0}};
+    add(c, "bs1");
+    c = base;
+    c.hq = 8;
+    c.hkv = 1;
+    c.reqs = {{1, 70000}, {1, 4096}, {1, 1}};
+    add(c, "long_70000");
+    c.splits = 0;
+    add(c, "long_70000_planner_splits");
+    c.splits = 5;
+    c.cache = DType::kFP8E4M3;
+    add(c, "fp8_long_70000_splits5");
+    c = base;
+    c.splits = 0;
+    add(c, "planner_splits");
+    c = base;
+    c.window = 64;
+    add(c, "window64");
+    c.splits = 3;
+    add(c, "window64_splits3");
+    c.window = 1000;
+    c.cache = DType::kFP8E4M3;
+    add(c, "fp8_window1000_splits3");
+    c = base;
+    c.softcap = 30.0f;
+    add(c, "softcap");
+    c.cache = DType::kFP8E4M3;
+    c.splits = 2;
+    add(c, "fp8_softcap_splits2");
+    c = base;
+    c.sinks = true;
+    add(c, "sinks");
+    c.splits = 4;
+    add(c, "sinks_splits4");
+    c = base;
+    c.dim = 64;
+    c.hq = 16;
+    c.window = 128;
+    c.sinks = true;
+    add(c, "gptoss_like_d64_window_sinks");
+    c = base;
+    c.lse = false;
+    add(c, "no_lse");
+    c.splits = 2;
+    add(c, "no_lse_splits2");
+    c = base;
+    c.scale = 0.05f;
+    add(c, "scale");
+    c = base;
+    c.cache = DType::kFP8E4M3;
+    add(c, "fp8");
+    c.sinks = true;
+    c.splits = 3;
+    add(c, "fp8_sinks_splits3");
+    c = base;
+    c.dtype = c.cache = DType::kF16;
+    add(c, "f16");
+    c.cache = DType::kFP8E4M3;
+    c.splits = 2;
+    add(c, "f16_fp8_splits2");
+    // Multi-token decode (MTP / speculative): qlen x group rows, up to the 16-row tile.
+    c = base;
+    c.threshold = 2;
+    c.hq = 16;
+    c.reqs = {{2, 900}, {1, 50}, {2, 17}, {2, 0}, {1, 4096}};
+    add(c, "mtp_qlen2_gqa8");
+    c.splits = 3;
+    add(c, "mtp_qlen2_gqa8_splits3");
+    c.cache = DType::kFP8E4M3;
+    c.window = 100;
+    add(c, "fp8_mtp_qlen2_gqa8_window_splits3");
+    c = base;
+    c.threshold = 4;
+    c.reqs = {{4, 300}, {3, 10}, {1, 1}, {4, 0}};
+    add(c, "mtp_qlen4_gqa4");
+    c.sinks = true;
+    c.splits = 2;
+    add(c, "mtp_qlen4_gqa4_sinks_splits2");
+  }
+  return out;
+}
+
+#ifdef TRIPATH_WITH_CUDA
+
+// The key ranges of request i: `splits` uneven pieces of [0, seq) (empty ones when seq is
+// short), or the planner's partition when splits == 0.
+std::vector<std::pair<int32_t, int32_t>> split_ranges(const StepPlan& plan, int32_t i, int splits) {
+  std::vector<std::pair<int32_t, int32_t>> r;
+  const int32_t seq = plan.seq_len(i);
+  if (splits == 0) {
+    const int32_t d = i - plan.decode.begin;
+    for (int32_t s = plan.decode_cu_splits[d]; s < plan.decode_cu_splits[d + 1]; ++s)
+      r.push_back({plan.split_kv_start[s], plan.split_kv_start[s] + plan.split_kv_len[s]});
+    return r;
+  }
+  // Weights 1, 2, 3, ...: boundaries that are neither even nor multiples of the block size.
+  const int64_t total = int64_t(splits) * (splits + 1) / 2;
+  int64_t acc = 0;
+  for (int s = 0; s < splits; ++s) {
+    const int32_t b = static_cast<int32_t>(seq * acc / total);
+    acc += s + 1;
+    r.push_back({b, static_cast<int32_t>(seq * acc / total)});
+  }
+  return r;
+}
+
+int log2_of(int x) {
+  int l = 0;
+  while ((1 << l) < x) ++l;
+  return l;
+}
+
+void check_case(const DecodeCase& c) {
+  const int group = c.hq / c.hkv;
+  if (!kernels::decode_built(c.dim, c.dtype, c.cache)) {
+    GTEST_SKIP() << "decode kernel " << c.dim << "/" << dtype_name(c.dtype) << "/"
+                 << dtype_name(c.cache) << " not built";
+  }
+  int max_q = 0;
+  for (const ReqShape& r : c.reqs) max_q = std::max(max_q, r.query_len);
+  std::string why;
+  ASSERT_TRUE(kernels::decode_kernel_supports(c.dim, c.dtype, c.cache, group, max_q, &why)) << why;
+
+  const uint64_t seed = std::hash<std::string>{}(c.name);
+  HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache,
+                         /*ordered=*/true, c.threshold, build_info().gpu_sm_count, seed);
+  ASSERT_EQ(s.plan.decode.num_requests(), s.plan.num_requests) << "a decode-only step";
+  if (c.cache == DType::kFP8E4M3) {
+    // Distinct, non-power-of-two scales (the stored bytes just stand for other values).
+    s.cache.k_scale = 0.031f;
+    s.cache.v_scale = 0.047f;
+  }
+  const StepPlan& plan = s.plan;
+  const int64_t n = plan.num_tokens, D = c.dim;
+  const int64_t rows = n * c.hq;
+
+  // CPU reference; it writes the new tokens into its copy of the cache, which the GPU then reads.
+  AttentionParams params;
+  params.num_q_heads = c.hq;
+  params.num_kv_heads = c.hkv;
+  params.head_dim = c.dim;
+  params.scale = c.scale;
+  params.window_left = c.window;
+  params.softcap = c.softcap;
+  params.has_sinks = c.sinks;
+  std::vector<uint8_t> kc = s.k_cache, vc = s.v_cache;
+  std::vector<float> ref_out(static_cast<size_t>(rows * D)), ref_lse(static_cast<size_t>(rows));
+  {
+    const int64_t elems = s.cache.elements_per_tensor();
+    AttentionInputs in;
+    in.cache.config = s.cache;
+    in.cache.k = TensorView::contiguous(kc.data(), s.cache.dtype, {elems});
+    in.cache.v = TensorView::contiguous(vc.data(), s.cache.dtype, {elems});
+    in.q = TensorView::contiguous(s.q.data(), s.dtype, {n, c.hq, D});
+    in.k = TensorView::contiguous(s.k.data(), s.dtype, {n, c.hkv, D});
+    in.v = TensorView::contiguous(s.v.data(), s.dtype, {n, c.hkv, D});
+    in.out = TensorView::contiguous(ref_out.data(), DType::kF32, {n, c.hq, D});
+    in.lse = TensorView::contiguous(ref_lse.data(), DType::kF32, {n, c.hq});
+    if (c.sinks) in.sinks = TensorView::contiguous(s.sinks.data(), DType::kF32, {c.hq});
+    create_attention_backend("reference")->run(plan, params, in);
+  }
+
+  // Work items: one per (request, KV head, split), every row of the request in it.
+  std::vector<kernels::UnifiedWorkItem> items;
+  std::vector<int32_t> token_parts(static_cast<size_t>(n), 0);
+  int32_t max_parts = 1;
+  bool direct = c.splits == 1;
+  for (int32_t i = 0; i < plan.num_requests; ++i) {
+    const auto ranges = split_ranges(plan, i, c.splits);
+    max_parts = std::max<int32_t>(max_parts, static_cast<int32_t>(ranges.size()));
+    for (int32_t t = 0; t < plan.query_lens[i]; ++t)
+      token_parts[plan.cu_seqlens_q[i] + t] = static_cast<int32_t>(ranges.size());
+    for (int g = 0; g < c.hkv; ++g) {
+      for (size_t r = 0; r < ranges.size(); ++r) {
+        items.push_back({i, g, g * group, 0, ranges[r].first, ranges[r].second,
+                         direct ? -1 : static_cast<int32_t>(r), 0});
+      }
+    }
+  }
+
+  DeviceMem d_k, d_v, d_q, d_out, d_lse, d_sinks, d_table, d_cu, d_ctx, d_items, d_part_out,
+      d_part_lse, d_parts;
+  d_k.upload(kc);
+  d_v.upload(vc);
+  d_q.upload(s.q);
+  d_sinks.upload(s.sinks);
+  d_table.upload(plan.block_table);
+  d_cu.upload(plan.cu_seqlens_q);
+  d_ctx.upload(plan.context_lens);
+  d_items.upload(items);
+  d_parts.upload(token_parts);
+  d_out.upload(std::vector<uint16_t>(static_cast<size_t>(rows * D), 0xFFFF));  // NaN
+  d_lse.upload(std::vector<float>(static_cast<size_t>(rows), NAN));
+  d_part_out.upload(std::vector<float>(static_cast<size_t>(max_parts * rows * D), NAN));
+  d_part_lse.upload(std::vector<float>(static_cast<size_t>(max_parts * rows), NAN));
+
+  const bool fp8 = c.cache == DType::kFP8E4M3;
+  kernels::UnifiedParams p{};
+  p.q = d_q.get();
+  p.out = d_out.get();
+  p.lse = c.lse ? static_cast<float*>(d_lse.get()) : nullptr;
+  p.k_cache = d_k.get();
+  p.v_cache = d_v.get();
+  p.partial_out = static_cast<float*>(d_part_out.get());
+  p.partial_lse = static_cast<float*>(d_part_lse.get());
+  p.sinks = c.sinks ? static_cast<const float*>(d_sinks.get()) : nullptr;
+  p.block_table = static_cast<const int32_t*>(d_table.get());
+  p.cu_seqlens_q = static_cast<const int32_t*>(d_cu.get());
+  p.context_lens = static_cast<const int32_t*>(d_ctx.get());
+  p.items = static_cast<const kernels::UnifiedWorkItem*>(d_items.get());
+  p.num_items = static_cast<int32_t>(items.size());
+  p.num_tokens = static_cast<int32_t>(n);
+  p.num_q_heads = c.hq;
+  p.num_kv_heads = c.hkv;
+  p.rows_per_token = group;
+  p.max_blocks_per_request = plan.max_blocks_per_request;
+  p.block_size = c.block_size;
+  p.log2_block_size = log2_of(c.block_size);
+  p.layout = static_cast<int32_t>(c.layout);
+  p.window_left = c.window;
+  p.score_scale = params.effective_scale() * (fp8 ? s.cache.k_scale : 1.0f);
+  p.scale_log2 = p.score_scale * 1.4426950408889634f;
+  p.softcap = c.softcap;
+  p.v_scale = fp8 ? s.cache.v_scale : 1.0f;
+
+  kernels::MergeParams m{};
+  m.part_out = p.partial_out;
+  m.part_lse = p.partial_lse;
+  m.out = d_out.get();
+  m.lse = p.lse;
+  m.sinks = p.sinks;
+  m.token_parts = static_cast<const int32_t*>(d_parts.get());
+  m.num_parts = max_parts;
+  m.heads = c.hq;
+  m.dim = c.dim;
+  m.part_stride = rows;
+  m.row_begin = 0;
+  m.row_end = rows;
+
+  auto run = [&]() {
+    ASSERT_EQ(kernels::launch_paged_decode(c.dim, c.dtype, c.cache, p, nullptr), cudaSuccess);
+    if (!direct) {
+      ASSERT_EQ(kernels::launch_merge_states(m, c.dtype, nullptr), cudaSuccess);
+    }
+    TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+  };
+  run();
+  if (::testing::Test::HasFatalFailure()) return;
+
+  const std::vector<uint16_t> first = d_out.download<uint16_t>(static_cast<size_t>(rows * D));
+  const std::vector<float> got = widen(first, c.dtype);
+  const double tol = c.dtype == DType::kBF16 ? 1e-2 : 4e-3;
+  EXPECT_LT(rel_l2(got, ref_out), tol) << "relative L2 error of the output (inf: NaN in it)";
+  if (c.lse) {
+    const std::vector<float> got_lse = d_lse.download<float>(static_cast<size_t>(rows));
+    int bad = 0;
+    for (size_t i = 0; i < got_lse.size(); ++i) {
+      const bool same_inf = std::isinf(got_lse[i]) && got_lse[i] == ref_lse[i];
+      if (!same_inf && !(std::fabs(got_lse[i] - ref_lse[i]) <= 2e-2f)) {
+        if (bad++ < 3) ADD_FAILURE() << "lse[" << i << "] " << got_lse[i] << " vs " << ref_lse[i];
+      }
+    }
+    EXPECT_EQ(bad, 0);
+  }
+  if (!direct) {  // every partial slot a token owns was written (an empty split: LSE -inf)
+    const std::vector<float> part_lse =
+        d_part_lse.download<float>(static_cast<size_t>(max_parts * rows));
+    int unwritten = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int32_t k = 0; k < token_parts[r / c.hq]; ++k)
+        unwritten += std::isnan(part_lse[k * rows + r]) ? 1 : 0;
+    EXPECT_EQ(unwritten, 0) << "partial LSE slots left NaN";
+  }
+
+  // Repeated runs are bitwise identical (no races, no order-dependent reductions).
+  d_out.upload(std::vector<uint16_t>(static_cast<size_t>(rows * D), 0xFFFF));
+  run();
+  if (::testing::Test::HasFatalFailure()) return;
+  EXPECT_EQ(d_out.download<uint16_t>(static_cast<size_t>(rows * D)), first) << "second run differs";
+}
+
+void check_supports() {
+  std::string why;
+  EXPECT_FALSE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 16, 2, &why));
+  EXPECT_NE(why.find("16-row"), std::string::npos) << why;
+  EXPECT_FALSE(kernels::decode_kernel_supports(100, DType::kBF16, DType::kBF16, 4, 1, &why));
+  EXPECT_NE(why.find("built for head dim 100"), std::string::npos) << why;
+  if (kernels::decode_built(128, DType::kBF16, DType::kBF16)) {
+    EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 16, 1, &why));
+    EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 8, 2, &why));
+  }
+}
+
+// The published decode shapes (shared/BENCH.md, docs/perf-notes.md): the decode kernel against
+// the unified kRows16 tile on the same items, for split targets of 1..8 waves of SMs. Medians of
+// 20 launches after 3 warm-ups; TB/s counts the K/V bytes read.
+void bench_published_shapes() {
+  struct Shape {
+    const char* name;
+    int requests, context, hq, hkv;
+    DType cache;
+  };
+  const Shape shapes[] = {{"decode-4k", 64, 4096, 64, 4, DType::kBF16},
+                          {"decode-4k fp8", 64, 4096, 64, 4, DType::kFP8E4M3},
+                          {"decode-4k tp8", 64, 4096, 8, 1, DType::kBF16},
+                          {"decode-long", 8, 131072, 64, 4, DType::kBF16},
+                          {"decode-long fp8", 8, 131072, 64, 4, DType::kFP8E4M3}};
+  const int D = 128, bs = 16, sms = build_info().gpu_sm_count;
+  if (!kernels::decode_built(D, DType::kBF16, DType::kBF16)) GTEST_SKIP() << "128/bf16 not built";
+  std::mt19937_64 rng(1);
+  for (const Shape& sh : shapes) {
+    if (!kernels::decode_built(D, DType::kBF16, sh.cache)) continue;
+    const int group = sh.hq / sh.hkv, seq = sh.context + 1;
+    const int blocks_per = (seq + bs - 1) / bs;
+    const int64_t pool = int64_t(blocks_per) * sh.requests;
+    std::vector<int32_t> ids(static_cast<size_t>(pool));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    const size_t esz = sh.cache == DType::kFP8E4M3 ? 1 : 2;
+    const size_t cache_bytes = size_t(pool) * bs * sh.hkv * D * esz;
+    // Random finite values: bf16 bits in [0.25, 1) x sign, or fp8 bytes with exponent < 15.
+    std::vector<uint8_t> bytes(cache_bytes);
+    uint64_t x = 88172645463325252ull;
+    for (size_t i = 0; i < cache_bytes; ++i) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      bytes[i] = esz == 2 && (i % 2 == 1) ? static_cast<uint8_t>(0x3E | (x & 0x80))
+                                          : static_cast<uint8_t>(x & (esz == 1 ? 0xB7 : 0xFF));
+    }
+    std::vector<uint16_t> q(size_t(sh.requests) * sh.hq * D);
+    for (auto& v : q) v = float_to_bf16(std::normal_distribution<float>()(rng));
+    std::vector<int32_t> cu(sh.requests + 1), ctx(sh.requests, sh.context);
+    for (int r = 0; r <= sh.requests; ++r) cu[r] = r;
+    DeviceMem d_k, d_v, d_q, d_out, d_lse, d_table, d_cu, d_ctx, d_items, d_part_out, d_part_lse,
+        d_parts;
+    d_k.upload(bytes);
+    d_v.upload(bytes);
+    bytes = {};
+    d_q.upload(q);
+    d_table.upload(ids);
+    d_cu.upload(cu);
+    d_ctx.upload(ctx);
+    const int64_t rows = int64_t(sh.requests) * sh.hq;
+    d_out.resize(rows * D * 2);
+    d_lse.resize(rows * 4);
+    const double kv_bytes = double(sh.requests) * seq * sh.hkv * D * esz * 2;
+    for (int waves : {1, 2, 4, 8}) {
+      const int32_t split =
+          choose_split_tokens(std::vector<int32_t>(sh.requests, seq), sms, sh.hkv, 256, waves, bs);
+      const int parts = (seq + split - 1) / split;
+      std::vector<kernels::UnifiedWorkItem> items;
+      for (int r = 0; r < sh.requests; ++r)
+        for (int g = 0; g < sh.hkv; ++g)
+          for (int k = 0; k < parts; ++k)
+            items.push_back({r, g, g * group, 0, k * split, std::min(seq, (k + 1) * split),
+                             parts == 1 ? -1 : k, 0});
+      // Longest ranges first, as a backend would order them.
+      std::stable_sort(items.begin(), items.end(), [](const auto& a, const auto& b) {
+        return a.kv_end - a.kv_begin > b.kv_end - b.kv_begin;
+      });
+      d_items.upload(items);
+      d_part_out.resize(size_t(parts) * rows * D * 4);
+      d_part_lse.resize(size_t(parts) * rows * 4);
+      d_parts.upload(std::vector<int32_t>(sh.requests, parts));
+      kernels::UnifiedParams p{};
+      p.q = d_q.get();
+      p.out = d_out.get();
+      p.lse = static_cast<float*>(d_lse.get());
+      p.k_cache = d_k.get();
+      p.v_cache = d_v.get();
+      p.partial_out = static_cast<float*>(d_part_out.get());
+      p.partial_lse = static_cast<float*>(d_part_lse.get());
+      p.block_table = static_cast<const int32_t*>(d_table.get());
+      p.cu_seqlens_q = static_cast<const int32_t*>(d_cu.get());
+      p.context_lens = static_cast<const int32_t*>(d_ctx.get());
+      p.items = static_cast<const kernels::UnifiedWorkItem*>(d_items.get());
+      p.num_items = static_cast<int32_t>(items.size());
+      p.num_tokens = sh.requests;
+      p.num_q_heads = sh.hq;
+      p.num_kv_heads = sh.hkv;
+      p.rows_per_token = group;
+      p.max_blocks_per_request = blocks_per;
+      p.block_size = bs;
+      p.log2_block_size = log2_of(bs);
+      p.layout = static_cast<int32_t>(KvLayout::kNHD);
+      p.window_left = -1;
+      p.score_scale = 1.0f / std::sqrt(float(D));
+      p.scale_log2 = p.score_scale * 1.4426950408889634f;
+      p.v_scale = 1.0f;
+      kernels::MergeParams m{};
+      m.part_out = p.partial_out;
+      m.part_lse = p.partial_lse;
+      m.out = p.out;
+      m.lse = p.lse;
+      m.token_parts = static_cast<const int32_t*>(d_parts.get());
+      m.num_parts = parts;
+      m.heads = sh.hq;
+      m.dim = D;
+      m.part_stride = rows;
+      m.row_end = rows;
+      auto time_us = [&](bool decode, bool with_merge) {
+        cudaEvent_t a, b;
+        cudaEventCreate(&a);
+        cudaEventCreate(&b);
+        std::vector<float> t;
+        for (int rep = 0; rep < 23; ++rep) {
+          cudaEventRecord(a);
+          if (decode) {
+            EXPECT_EQ(kernels::launch_paged_decode(D, DType::kBF16, sh.cache, p, nullptr),
+                      cudaSuccess);
+          } else {
+            EXPECT_EQ(
+                kernels::launch_unified(D, DType::kBF16, sh.cache, p, kernels::kRows16, nullptr),
+                cudaSuccess);
+          }
+          if (with_merge && parts > 1) kernels::launch_merge_states(m, DType::kBF16, nullptr);
+          cudaEventRecord(b);
+          cudaEventSynchronize(b);
+          float ms = 0;
+          cudaEventElapsedTime(&ms, a, b);
+          if (rep >= 3) t.push_back(ms * 1000.0f);
+        }
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        std::sort(t.begin(), t.end());
+        return double(t[t.size() / 2]);
+      };
+      const double dec = time_us(true, false), dec_m = time_us(true, true);
+      const double uni = time_us(false, false), uni_m = time_us(false, true);
+      std::ostringstream os;
+      os.precision(4);
+      os << sh.name << " waves=" << waves << " split=" << split << " parts=" << parts
+         << " items=" << items.size() << ": decode " << dec << " us (" << kv_bytes / dec / 1e6
+         << " TB/s), +merge " << dec_m << " us | unified kRows16 " << uni << " us ("
+         << kv_bytes / uni / 1e6 << " TB/s), +merge " << uni_m << " us";
+      std::printf("%s\n", os.str().c_str());
+      TRIPATH_TEST_CUDA(cudaGetLastError());
+    }
+  }
+}
+
+#endif  // TRIPATH_WITH_CUDA
+
+class GpuDecodeKernelTest : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(GpuDecodeKernelTest, MatchesReference) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  check_case(GetParam());
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCases, GpuDecodeKernelTest, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// launch_paged_decode's contract: the 16-row limit, and a clear reason for what is not built.
+TEST(GpuDecodeKernel, SupportsCheck) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  check_supports();
+#endif
+}
+
+// Opt-in timing (prints one line per shape and split target).
+TEST(GpuDecodeBench, PublishedShapes) {
+  TRIPATH_REQUIRE_GPU();
+  const char* env = std::getenv("TRIPATH_DECODE_BENCH");
+  if (env == nullptr || std::string(env).empty() || std::string(env) == "0")
+    GTEST_SKIP() << "timing runs only with TRIPATH_DECODE_BENCH=1";
+#ifdef TRIPATH_WITH_CUDA
+  bench_published_shapes();
+#endif
+}
+
+}  // namespace
+}  // namespace tripath::gputest

@@ -28,7 +28,7 @@ struct StepInput {
   int num_work_units = 1;                // GPU: SM count; CPU: threads
   int num_kv_heads = 1;                  // independent decode work per split (one per KV head)
   int min_split_tokens = 256;            // a split is never shorter than this (merge overhead)
-  int split_waves = 2;                   // decode work items aimed at: waves x work units
+  int split_waves = 2;                   // decode slots per work unit (resident blocks per SM)
 };
 
 struct PathRange {

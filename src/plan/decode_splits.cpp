@@ -3,12 +3,19 @@
 // A decode request has one (or decode_threshold) query token(s) and a long context: one thread
 // block per (request, KV head) leaves most SMs idle when requests are few or contexts uneven.
 // We cut every request's keys into splits of one common length S (a multiple of the block size,
-// so a split never straddles a cache block) and merge the partial results by log-sum-exp. S is
-// the smallest length >= min_split_tokens for which the work items (splits x KV heads) do not
-// exceed split_waves x work units: enough to fill the machine, few enough that the merge stays
-// cheap. When requests x heads already fill that many items, S covers the longest request (no
-// split).
+// so a split never straddles a cache block) and merge the partial results by log-sum-exp.
+//
+// S minimizes the predicted time of the decode launch. The machine is modelled as
+// split_waves x work units identical slots (two resident blocks per SM for the decode kernel)
+// that take items longest first, as the backends order them and the hardware dispatches them:
+// greedy list scheduling (LPT). An item costs its keys plus a fixed overhead (pipeline fill, the
+// partial write and its merge read), so splitting finer is paid for. The first rule here, "the
+// smallest S whose item count fits the slots", took one split per request on decode-mixed
+// (contexts 1024..8192): the 8K requests set the time while most slots idled (63% of copy
+// bandwidth on the H200); the makespan model cuts them so every slot ends near the mean.
 #include <algorithm>
+#include <functional>
+#include <queue>
 
 #include "tripath/error.h"
 #include "tripath/step_plan.h"
@@ -16,12 +23,56 @@
 namespace tripath {
 namespace {
 
+// Per-item cost beyond its keys, in key-equivalents: ~2 pipeline stages of the decode kernel
+// (64 keys each) of fill, plus the partial output and its merge.
+constexpr int64_t kItemOverheadKeys = 128;
+// Finer splits than this many items per slot are not considered (merge traffic, plan time).
+constexpr int64_t kMaxItemsPerSlot = 16;
+
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 int64_t work_items(const std::vector<int32_t>& kv_lens, int64_t split, int num_kv_heads) {
   int64_t items = 0;
   for (int32_t len : kv_lens) items += (len + split - 1) / split;
   return items * num_kv_heads;
+}
+
+// Greedy longest-first makespan of the items of split length s on `slots` slots. Full splits
+// (all of cost s + overhead) come first and fill the slots round robin; then each request's
+// remainder (one per KV head), longest first, goes to the least-loaded slot.
+int64_t makespan(const std::vector<int32_t>& kv_lens, int64_t s, int num_kv_heads,
+                 int64_t slots) {
+  int64_t full = 0;
+  std::vector<int64_t> rest;
+  for (int32_t len : kv_lens) {
+    if (len <= 0) continue;
+    full += len / s;
+    if (len % s != 0) rest.push_back(len % s);
+  }
+  full *= num_kv_heads;
+  const int64_t cost = s + kItemOverheadKeys;
+  const int64_t base = full / slots * cost;
+  const int64_t loaded = full % slots;  // slots holding one more full split
+  std::sort(rest.begin(), rest.end(), std::greater<int64_t>());
+  if (rest.empty()) return loaded > 0 ? base + cost : base;
+  std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>> free_at;
+  // Only the slots that can receive a remainder matter: at most rest x heads of the least loaded.
+  const int64_t n_rest = static_cast<int64_t>(rest.size()) * num_kv_heads;
+  const int64_t light = slots - loaded;
+  for (int64_t i = 0; i < std::min(light, n_rest); ++i) free_at.push(base);
+  for (int64_t i = 0; i < std::min(loaded, std::max<int64_t>(0, n_rest - light)); ++i) {
+    free_at.push(base + cost);
+  }
+  int64_t end = loaded > 0 ? base + cost : base;
+  for (int64_t r : rest) {
+    for (int h = 0; h < num_kv_heads; ++h) {
+      const int64_t t = free_at.top() + r + kItemOverheadKeys;
+      free_at.pop();
+      free_at.push(t);
+      end = std::max(end, t);
+    }
+  }
+  return end;
 }
 
 }  // namespace
@@ -37,20 +88,30 @@ int32_t choose_split_tokens(const std::vector<int32_t>& kv_lens, int num_work_un
   for (int32_t len : kv_lens) longest = std::max(longest, len);
   const int64_t hi = round_up(std::max<int64_t>(longest, 1), align);
   const int64_t lo = std::min(hi, round_up(min_split_tokens, align));
-  const int64_t target = static_cast<int64_t>(num_work_units) * split_waves;
-  if (work_items(kv_lens, lo, num_kv_heads) <= target) return static_cast<int32_t>(lo);
-  // work_items is non-increasing in the split length: binary search the smallest length (in
-  // units of align) that meets the target, or the longest request when none does.
-  int64_t a = lo / align, b = hi / align;
-  while (a < b) {
-    const int64_t mid = (a + b) / 2;
-    if (work_items(kv_lens, mid * align, num_kv_heads) <= target) {
-      b = mid;
-    } else {
-      a = mid + 1;
+  const int64_t slots = static_cast<int64_t>(num_work_units) * split_waves;
+  // Candidates: the longest request cut into k equal parts, k = 1..32 and then in steps of about
+  // 12%, down to lo or until the items exceed kMaxItemsPerSlot per slot. The model costs
+  // O(requests x heads x log slots) per candidate, whatever the item count.
+  int64_t best = hi, best_time = makespan(kv_lens, hi, num_kv_heads, slots);
+  int64_t best_items = work_items(kv_lens, hi, num_kv_heads);
+  int64_t prev = hi;
+  for (int64_t k = 2;; k = k < 32 ? k + 1 : k + k / 8) {
+    const int64_t s = std::max(lo, round_up((longest + k - 1) / k, align));
+    if (s >= prev) {
+      if (s == lo) break;
+      continue;
     }
+    prev = s;
+    const int64_t items = work_items(kv_lens, s, num_kv_heads);
+    if (items > kMaxItemsPerSlot * slots) break;
+    const int64_t t = makespan(kv_lens, s, num_kv_heads, slots);
+    // A finer split must win by more than 2%: the model ignores the merge launch itself.
+    if (t * 50 < best_time * 49 || (t < best_time && items <= best_items)) {
+      best = s, best_time = t, best_items = items;
+    }
+    if (s == lo) break;
   }
-  return static_cast<int32_t>(a * align);
+  return static_cast<int32_t>(best);
 }
 
 }  // namespace tripath

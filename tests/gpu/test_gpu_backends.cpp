@@ -5,7 +5,9 @@
 // decode_threshold > 1, zero- and one-token requests, unordered batches (unified), CUDA graphs.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <sstream>
 
@@ -25,6 +27,7 @@ struct GpuCase {
   bool sinks = false, lse = true, ordered = true;
   int threshold = 1;
   int64_t chunk_budget = 32768;  // extend context tokens per chunk (three_path rounds)
+  bool flash_tma = false;        // three_path with TRIPATH_FLASH_TMA=1 (TMA K/V loads)
   std::vector<ReqShape> reqs;
 };
 
@@ -155,9 +158,64 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{500, 40000}, {1, 30000}};
       add(c, "extend_40k_chunked");
     }
+    if (b == "three_path") {
+      // The flash kernel's TMA loads: every layout and block size they take, head dims, the
+      // features, extend chunks whose starts are not block-aligned.
+      std::vector<GpuCase> tma;
+      for (int d : {64, 128, 192, 256}) {
+        GpuCase c = base;
+        c.dim = d;
+        tma.push_back(c);
+        tma.back().name = "mixed_d" + std::to_string(d);
+      }
+      for (int bs : {8, 16, 64, 128}) {
+        for (KvLayout l : {KvLayout::kNHD, KvLayout::kHND, KvLayout::kTiled}) {
+          GpuCase c = base;
+          c.block_size = bs;
+          c.layout = l;
+          c.name = std::string("bs") + std::to_string(bs) + "_" + layout_name(l);
+          tma.push_back(c);
+        }
+      }
+      GpuCase c = base;
+      c.window = 100;
+      c.softcap = 30.0f;
+      c.sinks = true;
+      c.name = "window_softcap_sinks";
+      tma.push_back(c);
+      c = base;
+      c.chunk_budget = 100;
+      c.reqs = {{70, 300}, {20, 1025}, {33, 5}, {1, 900}, {64, 0}};
+      c.layout = KvLayout::kTiled;
+      c.name = "many_chunks_tiled";
+      tma.push_back(c);
+      c = base;
+      c.dtype = c.cache = DType::kF16;
+      c.name = "f16_mixed";
+      tma.push_back(c);
+      for (GpuCase& t : tma) {
+        t.flash_tma = true;
+        add(t, "tma_" + t.name);
+      }
+    }
   }
   return out;
 }
+
+// Sets an environment variable for one scope (the backend reads TRIPATH_FLASH_TMA at creation).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, bool set) : name_(name), set_(set) {
+    if (set_) setenv(name_, "1", 1);
+  }
+  ~ScopedEnv() {
+    if (set_) unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  bool set_;
+};
 
 std::string spec_name(int dim, DType q, DType kv) {
   return std::to_string(dim) + "/" + dtype_name(q) + "/" + dtype_name(kv);
@@ -203,7 +261,11 @@ TEST_P(GpuBackendTest, MatchesReference) {
   const GpuCase& c = GetParam();
   if (!spec_built(c.dim, c.dtype, c.cache))
     GTEST_SKIP() << "specialization " << spec_name(c.dim, c.dtype, c.cache) << " not built";
-  auto backend = create_attention_backend(c.backend);
+  std::unique_ptr<AttentionBackend> backend;
+  {
+    ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma);
+    backend = create_attention_backend(c.backend);
+  }
   const uint64_t seed = std::hash<std::string>{}(c.name);
   HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache,
                          c.ordered, c.threshold, build_info().gpu_sm_count, seed, c.chunk_budget);

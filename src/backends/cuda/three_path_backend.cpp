@@ -14,6 +14,8 @@
 // for it; otherwise the unified mma.sync tile kernel (64-row items).
 // All launches go to the caller's stream; nothing allocates or synchronizes in run().
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "cuda_backend.h"
 #include "cuda_entry.h"
@@ -55,6 +57,12 @@ void longest_first(std::vector<UnifiedWorkItem>& items, size_t begin, const Step
 
 class ThreePathBackend final : public CudaAttentionBackend {
  public:
+  // TRIPATH_FLASH_TMA=1: the flash kernel loads K/V tiles with TMA box copies instead of the
+  // cp.async gather (experimental until measured on the GPU; read once, at creation).
+  ThreePathBackend() {
+    const char* v = std::getenv("TRIPATH_FLASH_TMA");
+    flash_tma_ = v != nullptr && std::string(v) == "1";
+  }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
 
@@ -134,6 +142,15 @@ class ThreePathBackend final : public CudaAttentionBackend {
 
     const bool flash = flash_possible_ && kv == in.q.dtype &&
                        kernels::flash_prefill_built(params.head_dim, in.q.dtype);
+    const kernels::FlashTensorMaps* maps = nullptr;
+    if (flash && flash_tma_) {
+      const KvCacheConfig& c = in.cache.config;
+      if (kernels::make_flash_tensor_maps(in.cache.k.data, in.cache.v.data,
+                                          static_cast<int>(c.layout), c.num_blocks, c.block_size,
+                                          c.num_kv_heads, c.head_dim, in.q.dtype, &maps_)) {
+        maps = &maps_;
+      }
+    }
     const bool decode_kernel =
         decode_tile_ == kernels::kRows16 &&
         kernels::decode_kernel_supports(params.head_dim, in.q.dtype, kv,
@@ -156,7 +173,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
       // The partial buffers hold only this path's tokens: one "token block" per split slot.
       if (l.kind == Launch::kDecode) p.num_tokens = static_cast<int32_t>(plan.decode.num_tokens());
       if (flash && l.kind != Launch::kDecode) {
-        TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(params.head_dim, in.q.dtype, p, stream));
+        TRIPATH_CUDA_CHECK(
+            kernels::launch_flash_prefill(params.head_dim, in.q.dtype, p, maps, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         TRIPATH_CUDA_CHECK(kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -268,6 +286,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
 
   kernels::UnifiedTile decode_tile_ = kernels::kRows16;
   bool flash_possible_ = false;
+  bool flash_tma_ = false;
+  kernels::FlashTensorMaps maps_{};
   bool decode_direct_ = false;  // every decode request has one split: final output, no merge
   int32_t max_decode_query_ = 1;
   int32_t decode_splits_ = 0;

@@ -14,6 +14,12 @@ __device__ __forceinline__ void init(uint64_t* bar, int count) {
 __device__ __forceinline__ void arrive(uint64_t* bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(bar)) : "memory");
 }
+// One arrival that also expects `bytes` more of asynchronous copies (TMA) on this phase.
+__device__ __forceinline__ void arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
 // One arrival, triggered once every cp.async this thread issued so far has completed (.noinc:
 // the arrival counts against the count given at init).
 __device__ __forceinline__ void arrive_on_cp_async(uint64_t* bar) {

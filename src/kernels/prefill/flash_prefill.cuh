@@ -15,8 +15,10 @@
 //       masks only on tiles that need them);
 //       O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
 //       operand layout) and V MN-major from shared memory.
-// Why cp.async and not TMA: the keys of a tile come from 16-token cache blocks anywhere in the
-// pool, so each tile is a gather (a bulk copy per block would be 4 KB or less). Items with split >= 0 write normalized partial
+// K/V loads: by default 64 producer threads gather each tile with cp.async (one block-table
+// lookup per key). With tensor maps (kTma, three_path's TRIPATH_FLASH_TMA=1, experimental until
+// measured) one thread issues a TMA box copy per (cache block, 64-wide panel); on the tiled
+// layout the copy lands already swizzled, since its 16-byte chunks are XORed by slot in memory. Items with split >= 0 write normalized partial
 // states (merged by merge_states, which applies sinks); others write the final output, sinks
 // and LSE. Semantics match unified_attention.cuh. KV must be the 16-bit q dtype; head dims
 // multiples of 64. The backend picks this kernel on compute capability 9.0 only; built without
@@ -28,6 +30,7 @@
 #include "common/device_math.cuh"
 #include "common/kv_layout.h"
 #include "common/mbarrier.cuh"
+#include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "prefill/launch.h"
 #include "unified/params.h"
@@ -42,7 +45,7 @@ struct FlashPrefillConfig {
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kM = 64 * kConsumers;    // packed query rows per block (kFlashPrefillRows)
-  static constexpr int kN = D + DV <= 320 ? 64 : 32;  // keys per tile
+  static constexpr int kN = flash_prefill_tile_keys(D, DV);  // keys per tile
   static constexpr uint32_t kBytesQ = uint32_t(kM) * D * 2;
   static constexpr uint32_t kBytesK = uint32_t(kN) * D * 2;
   static constexpr uint32_t kBytesV = uint32_t(kN) * DV * 2;
@@ -61,9 +64,10 @@ __device__ __forceinline__ uint32_t sw128_offset(int r, int c, int rows) {
   return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-template <int D, int DV, typename T>
+template <int D, int DV, typename T, bool kTma>
 __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
-    flash_prefill_kernel(const __grid_constant__ UnifiedParams p) {
+    flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
+                         const __grid_constant__ FlashTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = FlashPrefillConfig<D, DV>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
@@ -96,7 +100,10 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
   int key_hi = ctx + t_last + 1;
   key_lo = max(key_lo, it.kv_begin);
   key_hi = min(key_hi, it.kv_end);
-  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
+  // TMA copies whole cache blocks (or kN-key pieces of bigger ones): tiles then start on a
+  // multiple of maps.rows, and the keys before key_lo in the first tile are masked.
+  const int tile0 = kTma ? key_lo - key_lo % maps.rows : key_lo;
+  const int num_tiles = key_hi > key_lo ? (key_hi - tile0 + kN - 1) / kN : 0;
 
   if (tid == 0) {
     for (int st = 0; st < kStages; ++st) {
@@ -130,12 +137,43 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
     for (int j = 0; j < num_tiles; ++j) {
       const int st = j % kStages;
       if (j >= kStages) mbarrier::wait(&empty[st], ((j / kStages) - 1) & 1);
-      const int kabs = key_lo + j * kN + key;
+      const int tile_start = tile0 + j * kN;
+      unsigned char* dk = sK + st * Cfg::kBytesK;
+      unsigned char* dv = sV + st * Cfg::kBytesV;
+      if constexpr (kTma) {
+        // A tile of whole blocks below key_hi: one thread issues a box copy per (block, 64-wide
+        // panel) and the stage's barrier counts the bytes; the others arrive. The last tile
+        // (keys past key_hi, whose slots may hold anything, even NaN) takes the cp.async path
+        // below, which zero-fills them.
+        if (tile_start + kN <= key_hi) {
+          if (pt == 0) {
+            mbarrier::arrive_expect_tx(&full[st], Cfg::kBytesK + Cfg::kBytesV);
+            for (int r0 = 0; r0 < kN; r0 += maps.rows) {
+              const int kabs = tile_start + r0;
+              const int block = table[kabs >> p.log2_block_size];
+              const int slot = kabs & (p.block_size - 1);
+              // NHD maps are {dim, kv head, block * block_size + slot}; HND / tiled maps are
+              // {dim, slot, block * kv heads + kv head}.
+              const bool nhd = p.layout == kLayoutNHD;
+              const int c1 = nhd ? it.kv_head : slot;
+              const int c2 = nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
+#pragma unroll
+              for (int pk = 0; pk < D / 64; ++pk)
+                tma::load_3d(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1, c2, &full[st]);
+#pragma unroll
+              for (int pv = 0; pv < DV / 64; ++pv)
+                tma::load_3d(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2, &full[st]);
+            }
+          } else {
+            mbarrier::arrive(&full[st]);
+          }
+          continue;
+        }
+      }
+      const int kabs = tile_start + key;
       const bool valid = kabs < key_hi;
       const int64_t block = valid ? table[kabs >> p.log2_block_size] : 0;
       const int slot = kabs & (p.block_size - 1);
-      unsigned char* dk = sK + st * Cfg::kBytesK;
-      unsigned char* dv = sV + st * Cfg::kBytesV;
 #pragma unroll 4
       for (int c = part; c < D / 8; c += kThreadsPerKey) {
         const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
@@ -152,7 +190,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
       }
       mbarrier::arrive_on_cp_async(&full[st]);
     }
-    cp_async_wait<0>();
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // stay until this thread's copies land
     return;
   }
 
@@ -182,7 +220,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
   mbarrier::wait(q_full, 0);
   for (int j = 0; j < num_tiles; ++j) {
     const int st = j % kStages;
-    const int tile_start = key_lo + j * kN;
+    const int tile_start = tile0 + j * kN;
     mbarrier::wait(&full[st], (j / kStages) & 1);
     wgmma::fence_proxy_async();  // the copies were generic-proxy writes
     const uint32_t kst = aK + st * Cfg::kBytesK;
@@ -201,7 +239,8 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
     wgmma::fence_operands(s);
 
     // Scale, soft-cap and mask into base-2 logits; interior tiles skip the mask.
-    const bool full_tile = tile_start + kN <= key_hi && tile_start + kN - 1 <= first_pos &&
+    const bool full_tile = tile_start >= key_lo && tile_start + kN <= key_hi &&
+                           tile_start + kN - 1 <= first_pos &&
                            (p.window_left < 0 || tile_start >= last_pos - p.window_left);
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
@@ -216,7 +255,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
         if (!full_tile) {
           const int i = e / 2;
           const int key = tile_start + nt * 8 + (lane % 4) * 2 + (e % 2);
-          const bool ok = row_ok[i] && key < key_hi && key <= row_pos[i] &&
+          const bool ok = row_ok[i] && key >= key_lo && key < key_hi && key <= row_pos[i] &&
                           (p.window_left < 0 || key >= row_pos[i] - p.window_left);
           x = ok ? x : kNegInf;
         }
@@ -322,16 +361,20 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
 }
 
 template <int D, int DV, typename T>
-cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, cudaStream_t stream) {
+cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,
+                                      cudaStream_t stream) {
   static_assert(FlashPrefillConfig<D, DV>::kM == kFlashPrefillRows, "item rows");
   if (p.num_items == 0) return cudaSuccess;
-  const auto kernel = flash_prefill_kernel<D, DV, T>;
-  const size_t smem = FlashPrefillConfig<D, DV>::kSmemBytes;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem));
-  if (e != cudaSuccess) return e;
-  kernel<<<p.num_items, FlashPrefillConfig<D, DV>::kThreads, smem, stream>>>(p);
-  return cudaGetLastError();
+  auto launch = [&](auto kernel, const FlashTensorMaps& m) {
+    const size_t smem = FlashPrefillConfig<D, DV>::kSmemBytes;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+    if (e != cudaSuccess) return e;
+    kernel<<<p.num_items, FlashPrefillConfig<D, DV>::kThreads, smem, stream>>>(p, m);
+    return cudaGetLastError();
+  };
+  if (maps != nullptr) return launch(flash_prefill_kernel<D, DV, T, true>, *maps);
+  return launch(flash_prefill_kernel<D, DV, T, false>, FlashTensorMaps{});
 }
 
 }  // namespace tripath::kernels

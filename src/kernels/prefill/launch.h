@@ -1,7 +1,10 @@
 // Host entry points of the Hopper flash prefill kernel (three_path's prefill and extend paths).
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
+
+#include <cstdint>
 
 #include "tripath/dtype.h"
 #include "unified/params.h"
@@ -10,16 +13,35 @@ namespace tripath::kernels {
 
 // Packed query rows per work item of the flash kernel (the unified kRows64 tile takes 64).
 constexpr int kFlashPrefillRows = 128;
+// Keys per K/V tile for q/k head dim d and v head dim dv: 32 where 64 would not leave room for
+// the stages in shared memory.
+constexpr int flash_prefill_tile_keys(int d, int dv) { return d + dv <= 320 ? 64 : 32; }
+
+// TMA descriptions of the K and V caches for the flash kernel's tensor-map loads: rank 3, a box
+// of 64 elements x `rows` keys (rows = min(block size, the kernel's tile keys)).
+struct FlashTensorMaps {
+  CUtensorMap k;
+  CUtensorMap v;
+  int32_t rows = 0;
+};
 
 template <int D, int DV, typename T>
-cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, cudaStream_t stream);
+cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,
+                                      cudaStream_t stream);
 
 // True if this build compiled the kernel for sm_90a and (head_dim, q dtype); the KV cache must
 // then hold the same 16-bit dtype as q.
 bool flash_prefill_built(int head_dim, DType q);
-// Takes the unified kernel's parameters with kFlashPrefillRows-row work items.
+// Takes the unified kernel's parameters with kFlashPrefillRows-row work items; `maps` (from
+// make_flash_tensor_maps) selects the TMA loads, nullptr the cp.async gather.
 cudaError_t launch_flash_prefill(int head_dim, DType q, const UnifiedParams& p,
-                                 cudaStream_t stream);
+                                 const FlashTensorMaps* maps, cudaStream_t stream);
+// Builds `maps` for a (head_dim, q dtype) cache of `layout` (KvLayoutId); false (maps untouched)
+// where the TMA loads do not apply: block size below 8, a head dim that is not a multiple of 64,
+// or no driver entry point for cuTensorMapEncodeTiled.
+bool make_flash_tensor_maps(const void* k_cache, const void* v_cache, int layout,
+                            int64_t num_blocks, int block_size, int num_kv_heads, int head_dim,
+                            DType q, FlashTensorMaps* maps);
 // MLA's non-absorbed attention: q/k 192, v 128, bf16 (see launch_unified_mla).
 bool flash_prefill_mla_built();
 cudaError_t launch_flash_prefill_mla(const UnifiedParams& p, cudaStream_t stream);

@@ -1,0 +1,25 @@
+// Hopper tensor memory accelerator (TMA, sm_90): a box copy global -> shared described by a
+// CUtensorMap (built on the host, passed as a __grid_constant__ parameter), completing on an
+// mbarrier that counts its bytes (mbarrier::arrive_expect_tx).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "common/device_math.cuh"
+
+namespace tripath::kernels::tma {
+
+// Copies the box at coordinates (c0, c1, c2) (innermost first, in elements) of a rank-3 map to
+// `dst` (aligned to the map's swizzle period: 1024 bytes for 128-byte swizzle).
+__device__ __forceinline__ void load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                        uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+
+}  // namespace tripath::kernels::tma

@@ -7,8 +7,11 @@
 //
 // Grid: one block per MlaDecodeWorkItem = (request, split, block of kM rows). All heads of a
 // token share one latent row, so each 64-key tile of latent is loaded once into shared memory
-// (cp.async, double-buffered; fp8 tiles land raw, two in flight, and are widened once) and
-// serves all kM rows: kM = 64 (8 warps) for 64+ rows, i.e. 128 heads = 2 blocks per split; 32 or
+// and serves all kM rows. bf16: a cp.async ring of 16-key pieces (18 KB each) as deep as shared
+// memory allows (11 pieces at kM = 16, 10 at 32, 8 at 64): while one tile (4 pieces) is
+// computed, the next 7 / 6 / 4 pieces are in flight; a plain double buffer of 64-key tiles left
+// nothing in flight at each tile's wait and ran 16 heads at 30% of the read rate. fp8: tiles land
+// raw, two in flight, and are widened once. kM rows per block: kM = 64 (8 warps) for 64+ rows, i.e. 128 heads = 2 blocks per split; 32 or
 // 16 (4 warps) for fewer (16 heads x 1 or 2 tokens), so small head counts do not pay for
 // padded MMA rows. Per tile:
 //   QK^T  S[kM x 64] over 576 dims on tensor cores (mma.sync m16n8k16); warp = (16-row M tile,
@@ -18,7 +21,7 @@
 //   PV    O[kM x 512] += P V with V = the tile's first 512 dims; each warp owns 512 / warps
 //         value dims of every row (64 or 128 dims, 128 or 64 f32 accumulators per thread), which
 //         is what keeps a 64 x 512 accumulator in registers without spills.
-// Shared memory (kM = 64): Q 72 KB + 2 tiles 144 KB + P 8 KB + stats: 226 KB, one block per SM.
+// Shared memory (kM = 64): Q 72 KB + 8 pieces 144 KB + P 8 KB + stats: 226 KB, one block per SM.
 // Specializations: kMTiles {1, 2, 4} x cache {bf16, fp8 e4m3}, q bf16 (decode_packed_*.cu).
 // Tests: tests/gpu/test_gpu_mla.cpp; benchmark: `tripath bench --mla-backend=mla`.
 #pragma once
@@ -45,14 +48,22 @@ struct MlaPackedConfig {
   static constexpr bool kFp8 = std::is_same_v<CacheT, fp8>;
   static constexpr size_t kSmemQ = size_t(kM) * kMlaEntry * sizeof(bf16);
   static constexpr size_t kSmemTile = size_t(kN) * kMlaEntry * sizeof(bf16);
-  // bf16: two tile stages. fp8: one widened tile plus two raw stages of half its size.
-  static constexpr size_t kSmemTiles = 2 * kSmemTile;
   static constexpr size_t kSmemP = size_t(kM) * kN * sizeof(bf16);
   // row max and row sum per key group, running max (two parities), rescale factor, row sum.
   static constexpr size_t kSmemStats = size_t(2 * kQkGroups + 4) * kM * sizeof(float);
+  // bf16: a ring of kRing pieces of 16 keys, at most 12 (as deep as the rest leaves room for).
+  static constexpr int kPieceKeys = 16;
+  static constexpr int kTilePieces = kN / kPieceKeys;
+  static constexpr size_t kSmemPiece = size_t(kPieceKeys) * kMlaEntry * sizeof(bf16);
+  static constexpr size_t kSmemMax = 227 * 1024;
+  static constexpr int kRingFit = int((kSmemMax - kSmemQ - kSmemP - kSmemStats) / kSmemPiece);
+  static constexpr int kRing = kRingFit > 12 ? 12 : kRingFit;
+  // bf16: the piece ring. fp8: one widened tile plus two raw stages of half its size.
+  static constexpr size_t kSmemTiles = kFp8 ? 2 * kSmemTile : kRing * kSmemPiece;
   static constexpr size_t kSmemBytes = kSmemQ + kSmemTiles + kSmemP + kSmemStats;
+  static_assert(kFp8 || kRing >= 2 * kTilePieces, "the ring holds two tiles at least");
   static_assert(kKeysPerWarp % 16 == 0 && kDimsPerWarp % 16 == 0, "warp tiles");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
+  static_assert(kSmemBytes <= kSmemMax, "shared memory of one block on sm_90");
 };
 
 // Element offset of 16-byte chunk `chunk` of `row` in a tile of rows of kChunks chunks (a
@@ -109,7 +120,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   auto row_of = [&](int key) {
     return int64_t(table[key >> p.log2_block_size]) * p.block_size + (key & (p.block_size - 1));
   };
-  // bf16: a tile into stage `stage`. fp8: raw rows (unswizzled) into raw stage `stage`.
+  // fp8: raw rows (unswizzled) of the tile at tile_start into raw stage `stage`.
   auto load_tile = [&](int tile_start, int stage) {
     if constexpr (Cfg::kFp8) {
       constexpr int kRawChunks = kMlaEntry / 16;
@@ -122,15 +133,19 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
         cp_async_16(raw + key * kMlaEntry + c * 16, static_cast<const uint8_t*>(p.cache) + off,
                     valid);
       }
-    } else {
-      bf16* dst = reinterpret_cast<bf16*>(sTiles + size_t(stage) * Cfg::kSmemTile);
+    }
+  };
+  // bf16: piece q (keys key_lo + 16 q ...) into ring slot q % kRing, rows swizzled as in a tile
+  // (the swizzle depends on the row mod 8 only); keys past key_hi are zero-filled.
+  constexpr int kPK = Cfg::kPieceKeys, kTP = Cfg::kTilePieces, kRing = Cfg::kRing;
+  auto load_piece = [&](int q) {
+    bf16* dst = reinterpret_cast<bf16*>(sTiles + size_t(q % kRing) * Cfg::kSmemPiece);
 #pragma unroll 1
-      for (int idx = tid; idx < kN * kRC; idx += Cfg::kThreads) {
-        const int key = idx / kRC, c = idx % kRC, kabs = tile_start + key;
-        const bool valid = kabs < key_hi;
-        const int64_t off = valid ? row_of(kabs) * kMlaEntry + c * 8 : 0;
-        cp_async_16(dst + mla_swizzle<kRC>(key, c), static_cast<const bf16*>(p.cache) + off, valid);
-      }
+    for (int idx = tid; idx < kPK * kRC; idx += Cfg::kThreads) {
+      const int key = idx / kRC, c = idx % kRC, kabs = key_lo + q * kPK + key;
+      const bool valid = kabs < key_hi;
+      const int64_t off = valid ? row_of(kabs) * kMlaEntry + c * 8 : 0;
+      cp_async_16(dst + mla_swizzle<kRC>(key, c), static_cast<const bf16*>(p.cache) + off, valid);
     }
   };
 
@@ -147,10 +162,10 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
     xb[k] = (((2 * k + (lane / 8) % 2) ^ lane) & 7) * 8;
   }
   const int q_row = (qm * 16 + lane % 16) * kMlaEntry;
-  const int k_row = (qg * kKW + (lane / 16) * 8 + lane % 8) * kMlaEntry;
+  const int k_row = ((lane / 16) * 8 + lane % 8) * kMlaEntry;  // within a 16-key group
   const int p_row = (lane % 16) * kN;
   // PV: value dims [d0, d0 + kDW) of this warp; d0 / 8 is a multiple of 8 (a swizzle group).
-  const int v_row = (((lane / 8) % 2) * 8 + lane % 8) * kMlaEntry + warp * kDW;
+  const int v_row = (((lane / 8) % 2) * 8 + lane % 8) * kMlaEntry + warp * kDW;  // in a group
   // The last key each score row this thread holds may see (-1: padding row).
   int limit[2];
 #pragma unroll
@@ -167,16 +182,23 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       o[mt][dn][0] = o[mt][dn][1] = o[mt][dn][2] = o[mt][dn][3] = 0.0f;
 
   const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
-  if (num_tiles > 0) load_tile(key_lo, 0);
-  cp_async_commit();  // Q and tile 0
   if constexpr (Cfg::kFp8) {
+    if (num_tiles > 0) load_tile(key_lo, 0);
+    cp_async_commit();  // Q and tile 0
     if (num_tiles > 1) load_tile(key_lo + kN, 1);
     cp_async_commit();
+  } else {
+    // One commit group per piece (empty past the last tile), Q in the first: the wait below
+    // counts groups.
+    for (int q = 0; q < kRing - kTP; ++q) {
+      if (q < num_tiles * kTP) load_piece(q);
+      cp_async_commit();
+    }
   }
 
   for (int j = 0; j < num_tiles; ++j) {
     const int tile_start = key_lo + j * kN;
-    const bf16* tile;
+    const bf16* tile = nullptr;  // fp8: the widened tile
     if constexpr (Cfg::kFp8) {
       cp_async_wait<1>();  // raw tile j has landed; j + 1 may still be in flight
       __syncthreads();     // ... for every thread; PV of tile j - 1 is done with the tile
@@ -192,12 +214,23 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       cp_async_commit();
       tile = wide;
     } else {
-      cp_async_wait<0>();  // tile j has landed
-      __syncthreads();     // ... for every thread; stage (j + 1) % 2 is no longer read
-      if (j + 1 < num_tiles) load_tile(tile_start + kN, (j + 1) % 2);
-      cp_async_commit();
-      tile = reinterpret_cast<const bf16*>(sTiles + size_t(j % 2) * Cfg::kSmemTile);
+      // Committed so far: kRing - kTP + kTP j groups; pieces up to kTP (j + 1) - 1 must land.
+      cp_async_wait<kRing - 2 * kTP>();
+      __syncthreads();  // ... for every thread; tile j - 1's pieces are no longer read
+      for (int q = kTP * j + kRing - kTP; q < kTP * j + kRing; ++q) {
+        if (q < num_tiles * kTP) load_piece(q);
+        cp_async_commit();
+      }
     }
+    // The 16-key group g of tile j (rows swizzled by key mod 8 in both layouts).
+    auto keys16 = [&](int g) -> const bf16* {
+      if constexpr (Cfg::kFp8) {
+        return tile + g * kPK * kMlaEntry;
+      } else {
+        return reinterpret_cast<const bf16*>(sTiles +
+                                             size_t((kTP * j + g) % kRing) * Cfg::kSmemPiece);
+      }
+    };
 
     // S = Q K^T for this warp's 16 rows and kKW keys: 9 groups of 4 k-steps (8 chunks, one
     // swizzle group), the per-lane swizzle offsets precomputed (xa, xb).
@@ -207,7 +240,6 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
 #pragma unroll 1
     for (int g = 0; g < kMlaEntry / 64; ++g) {
       const bf16* qg_ptr = sQ + q_row + g * 64;
-      const bf16* kg_ptr = tile + k_row + g * 64;
 #pragma unroll
       for (int k4 = 0; k4 < 4; ++k4) {
         uint32_t a[4];
@@ -215,7 +247,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
 #pragma unroll
         for (int np = 0; np < kKW / 16; ++np) {
           uint32_t b[4];
-          ldmatrix_x4(b, kg_ptr + np * 16 * kMlaEntry + xb[k4]);
+          ldmatrix_x4(b, keys16(qg * (kKW / 16) + np) + k_row + g * 64 + xb[k4]);
           mma_16816<bf16>(s[2 * np], a, b[0], b[1]);
           mma_16816<bf16>(s[2 * np + 1], a, b[2], b[3]);
         }
@@ -302,7 +334,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
 #pragma unroll
       for (int dp = 0; dp < kDW / 16; ++dp) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, tile + v_row + kk * 16 * kMlaEntry + (dp / 4) * 64 + xa[dp % 4]);
+        ldmatrix_x4_trans(b, keys16(kk) + v_row + (dp / 4) * 64 + xa[dp % 4]);
 #pragma unroll
         for (int mt = 0; mt < kMTiles; ++mt) {
           mma_16816<bf16>(o[mt][2 * dp], a[mt], b[0], b[1]);

@@ -28,6 +28,7 @@ struct GpuCase {
   int threshold = 1;
   int64_t chunk_budget = 32768;  // extend context tokens per chunk (three_path rounds)
   bool flash_tma = false;        // three_path with TRIPATH_FLASH_TMA=1 (TMA K/V loads)
+  bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   std::vector<ReqShape> reqs;
 };
 
@@ -197,12 +198,81 @@ std::vector<GpuCase> all_cases() {
         t.flash_tma = true;
         add(t, "tma_" + t.name);
       }
+
+      // Extend chunks gathered to a contiguous workspace: every layout, cache block sizes 16
+      // and 64, head dims, the features, many chunks with starts that are not block-aligned,
+      // a context over the default budget, fp8 (unified kernel) and the TMA loads on the
+      // workspace.
+      std::vector<GpuCase> gather;
+      const std::vector<ReqShape> chunky = {{70, 300}, {20, 1025}, {33, 5}, {1, 900}, {64, 0}};
+      for (int d : {64, 128, 256}) {
+        GpuCase g = base;
+        g.dim = d;
+        g.chunk_budget = 100;
+        g.reqs = chunky;
+        g.name = "many_chunks_d" + std::to_string(d);
+        gather.push_back(g);
+      }
+      for (int bs : {16, 64}) {
+        for (KvLayout l : {KvLayout::kNHD, KvLayout::kHND, KvLayout::kTiled}) {
+          GpuCase g = base;
+          g.block_size = bs;
+          g.layout = l;
+          g.chunk_budget = 300;
+          g.reqs = chunky;
+          g.name = std::string("bs") + std::to_string(bs) + "_" + layout_name(l);
+          gather.push_back(g);
+        }
+      }
+      c = base;
+      c.dim = 64;
+      c.hq = 16;
+      c.window = 150;
+      c.softcap = 30.0f;
+      c.sinks = true;
+      c.chunk_budget = 100;
+      c.reqs = chunky;
+      c.layout = KvLayout::kTiled;
+      c.name = "window_softcap_sinks_tiled";
+      gather.push_back(c);
+      c = base;
+      c.hq = 8;
+      c.hkv = 1;
+      c.window = 5000;
+      c.reqs = {{500, 40000}, {77, 9001}, {1, 30000}};  // 49001 context tokens: 2 chunks
+      c.name = "extend_49k_window";
+      gather.push_back(c);
+      c = base;
+      c.cache = DType::kFP8E4M3;
+      c.chunk_budget = 100;
+      c.reqs = chunky;
+      c.name = "fp8_many_chunks";
+      gather.push_back(c);
+      c = base;
+      c.dtype = c.cache = DType::kF16;
+      c.chunk_budget = 100;
+      c.reqs = chunky;
+      c.layout = KvLayout::kHND;
+      c.name = "f16_many_chunks_hnd";
+      gather.push_back(c);
+      c = base;
+      c.chunk_budget = 100;
+      c.reqs = chunky;
+      c.layout = KvLayout::kTiled;
+      c.flash_tma = true;
+      c.name = "tma_many_chunks_tiled";
+      gather.push_back(c);
+      for (GpuCase& g : gather) {
+        g.extend_gather = true;
+        add(g, "gather_" + g.name);
+      }
     }
   }
   return out;
 }
 
-// Sets an environment variable for one scope (the backend reads TRIPATH_FLASH_TMA at creation).
+// Sets an environment variable for one scope (the backend reads TRIPATH_FLASH_TMA and
+// TRIPATH_EXTEND_GATHER at creation).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, bool set) : name_(name), set_(set) {
@@ -264,6 +334,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
   std::unique_ptr<AttentionBackend> backend;
   {
     ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma);
+    ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather);
     backend = create_attention_backend(c.backend);
   }
   const uint64_t seed = std::hash<std::string>{}(c.name);
@@ -327,15 +398,21 @@ INSTANTIATE_TEST_SUITE_P(AllCases, GpuBackendTest, ::testing::ValuesIn(all_cases
 TEST(GpuGraph, CaptureAndReplay) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  for (const char* name : {"unified", "two_path", "three_path"}) {
+  // three_path_gather: three_path with its extend chunks gathered (the gather kernel captured).
+  for (const std::string name : {"unified", "two_path", "three_path", "three_path_gather"}) {
     for (bool decode_only : {true, false}) {
-      SCOPED_TRACE(std::string(name) + (decode_only ? " decode" : " mixed"));
+      SCOPED_TRACE(name + (decode_only ? " decode" : " mixed"));
       GpuCase c;
       c.hq = 16;
       c.hkv = 2;
       c.reqs = decode_only ? decode_step() : mixed_step();
       if (!spec_built(c.dim, c.dtype, c.cache)) GTEST_SKIP() << "128/bf16/bf16 not built";
-      auto backend = create_attention_backend(name);
+      std::unique_ptr<AttentionBackend> backend;
+      {
+        const bool gather = name == "three_path_gather";
+        ScopedEnv env("TRIPATH_EXTEND_GATHER", gather);
+        backend = create_attention_backend(gather ? "three_path" : name);
+      }
       HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype,
                              c.cache, true, 1, build_info().gpu_sm_count, 7);
       const size_t out_elems = static_cast<size_t>(s.plan.num_tokens) * c.hq * c.dim;

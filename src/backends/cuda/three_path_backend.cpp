@@ -5,7 +5,9 @@
 //  - extend: the causal self-part, then the cached context one planner chunk at a time (at most
 //    extend_chunk_budget context tokens per round across the extend requests), each round
 //    merged into a running state: workspace is 3 x extend tokens x heads x (head dim + 1)
-//    floats whatever the context length.
+//    floats whatever the context length. Each chunk's context is read in place from the paged
+//    cache, or (TRIPATH_EXTEND_GATHER=1) first gathered into a contiguous workspace of at most
+//    one chunk (extend_gather.h), whichever measures faster.
 // Decode runs the split-KV paged decode kernel (src/kernels/decode) when a request's rows (query
 // tokens x GQA group) fit its 16-row tile, the unified tiles otherwise; a step whose decode
 // requests all have one split writes the output directly (no partials, no merge).
@@ -21,6 +23,7 @@
 #include "cuda_entry.h"
 #include "cuda_util.h"
 #include "device_info.h"
+#include "extend_gather.h"
 #include "decode/launch.h"
 #include "merge/merge_states.h"
 #include "prefill/launch.h"
@@ -62,6 +65,10 @@ class ThreePathBackend final : public CudaAttentionBackend {
   ThreePathBackend() {
     const char* v = std::getenv("TRIPATH_FLASH_TMA");
     flash_tma_ = v != nullptr && std::string(v) == "1";
+    // TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention
+    // (off until measured against the in-place reads).
+    const char* g = std::getenv("TRIPATH_EXTEND_GATHER");
+    extend_gather_ = g != nullptr && std::string(g) == "1";
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -120,6 +127,10 @@ class ThreePathBackend final : public CudaAttentionBackend {
     decode_floats_ = decode_direct_ ? 0 : decode_splits_ * decode_rows_total_ * row_floats;
     const size_t total = decode_floats_ + 3 * extend_rows_total_ * row_floats;
     workspace_.ensure(std::max<size_t>(total, 1) * sizeof(float));
+    if (extend_gather_) {
+      gather_bytes_ = gather_.prepare(plan, hkv, params.head_dim, arena);
+      if (gather_bytes_ > 0) gather_workspace_.ensure(gather_bytes_);
+    }
   }
 
   void launch(const StepPlan& plan, const AttentionParams& params, const AttentionInputs& in,
@@ -143,12 +154,21 @@ class ThreePathBackend final : public CudaAttentionBackend {
     const bool flash = flash_possible_ && kv == in.q.dtype &&
                        kernels::flash_prefill_built(params.head_dim, in.q.dtype);
     const kernels::FlashTensorMaps* maps = nullptr;
+    const kernels::FlashTensorMaps* gather_maps = nullptr;  // of the gathered workspace
+    const bool gather = extend_gather_ && gather_bytes_ > 0;
     if (flash && flash_tma_) {
       const KvCacheConfig& c = in.cache.config;
       if (kernels::make_flash_tensor_maps(in.cache.k.data, in.cache.v.data,
                                           static_cast<int>(c.layout), c.num_blocks, c.block_size,
                                           c.num_kv_heads, c.head_dim, in.q.dtype, &maps_)) {
         maps = &maps_;
+      }
+      char* ws = gather_workspace_.as<char>();
+      if (gather && kernels::make_flash_tensor_maps(
+                        ws, ws + gather_.v_offset(), static_cast<int>(c.layout),
+                        gather_.capacity_blocks(), kernels::kGatherBlockSize, c.num_kv_heads,
+                        c.head_dim, in.q.dtype, &gather_maps_)) {
+        gather_maps = &gather_maps_;
       }
     }
     const bool decode_kernel =
@@ -172,9 +192,15 @@ class ThreePathBackend final : public CudaAttentionBackend {
       }
       // The partial buffers hold only this path's tokens: one "token block" per split slot.
       if (l.kind == Launch::kDecode) p.num_tokens = static_cast<int32_t>(plan.decode.num_tokens());
+      // Gathered chunks: copy the chunk, then read the workspace (the items are shifted).
+      const bool gathered = gather && l.kind == Launch::kExtendChunk;
+      if (gathered) {
+        gather_.gather_and_redirect(l.chunk, arena(), in.cache.config,
+                                    gather_workspace_.as<void>(), p, stream);
+      }
       if (flash && l.kind != Launch::kDecode) {
-        TRIPATH_CUDA_CHECK(
-            kernels::launch_flash_prefill(params.head_dim, in.q.dtype, p, maps, stream));
+        TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(params.head_dim, in.q.dtype, p,
+                                                         gathered ? gather_maps : maps, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         TRIPATH_CUDA_CHECK(kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -280,6 +306,9 @@ class ThreePathBackend final : public CudaAttentionBackend {
                   start + plan.chunk_kv_len[c * ne + e], 0);
       }
       order(round_begin);
+      // Gathered: the kernels see the chunk's keys at positions shifted by its start.
+      if (extend_gather_)
+        ExtendGather::shift_items(plan, c, items.data() + round_begin, items.size() - round_begin);
       push_launch(items, kernels::kRows64, Launch::kExtendChunk, c, flash);
     }
   }
@@ -288,6 +317,11 @@ class ThreePathBackend final : public CudaAttentionBackend {
   bool flash_possible_ = false;
   bool flash_tma_ = false;
   kernels::FlashTensorMaps maps_{};
+  bool extend_gather_ = false;  // TRIPATH_EXTEND_GATHER=1
+  ExtendGather gather_;
+  size_t gather_bytes_ = 0;
+  DeviceBuffer gather_workspace_;
+  kernels::FlashTensorMaps gather_maps_{};
   bool decode_direct_ = false;  // every decode request has one split: final output, no merge
   int32_t max_decode_query_ = 1;
   int32_t decode_splits_ = 0;

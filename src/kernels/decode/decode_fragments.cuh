@@ -27,17 +27,6 @@
 
 namespace tripath::kernels::decode {
 
-__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_addr(smem)));
-}
-__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t (&r)[2], const void* smem) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(smem_addr(smem)));
-}
-
 // cp_async_16 (src_bytes 0 zero-fills) with an L2 hint to fetch the whole 128-byte line: K/V
 // rows are streamed whole, so this only saves DRAM requests. Used for rows of >= 128 bytes.
 __device__ __forceinline__ void cp_async_16_l2_128(void* smem, const void* gmem, bool valid) {

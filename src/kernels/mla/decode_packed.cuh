@@ -11,16 +11,16 @@
 // memory allows (11 pieces at kM = 16, 10 at 32, 8 at 64): while one tile (4 pieces) is
 // computed, the next 7 / 6 / 4 pieces are in flight; a plain double buffer of 64-key tiles left
 // nothing in flight at each tile's wait and ran 16 heads at 30% of the read rate. fp8: tiles land
-// raw, two in flight, and are widened once. kM rows per block: kM = 64 (8 warps) for 64+ rows, i.e. 128 heads = 2 blocks per split; 32 or
-// 16 (4 warps) for fewer (16 heads x 1 or 2 tokens), so small head counts do not pay for
-// padded MMA rows. Per tile:
+// raw, two in flight, and are widened once. kM rows per block, 8 warps each: kM = 64 for 64+
+// rows (128 heads = 2 blocks per split); 32 or 16 for fewer (16 heads x 1 or 2 tokens), so small
+// head counts do not pay for padded MMA rows. Per tile:
 //   QK^T  S[kM x 64] over 576 dims on tensor cores (mma.sync m16n8k16); warp = (16-row M tile,
-//         group of 16 or 32 keys); Q and the tile are read by ldmatrix from XOR-swizzled rows.
+//         group of 8, 16 or 32 keys); Q and the tile are read by ldmatrix from XOR-swizzled rows.
 //   softmax  the row max crosses the key groups through shared memory; P goes to shared memory
 //         as bf16; the running max, rescale factor and row sum live in shared memory.
 //   PV    O[kM x 512] += P V with V = the tile's first 512 dims; each warp owns 512 / warps
-//         value dims of every row (64 or 128 dims, 128 or 64 f32 accumulators per thread), which
-//         is what keeps a 64 x 512 accumulator in registers without spills.
+//         value dims of every row (64 dims: 32 to 128 f32 accumulators per thread), which is
+//         what keeps a 64 x 512 accumulator in registers without spills.
 // Shared memory (kM = 64): Q 72 KB + 8 pieces 144 KB + P 8 KB + stats: 226 KB, one block per SM.
 // Specializations: kMTiles {1, 2, 4} x cache {bf16, fp8 e4m3}, q bf16 (decode_packed_*.cu).
 // Tests: tests/gpu/test_gpu_mla.cpp; benchmark: `tripath bench --mla-backend=mla`.
@@ -38,7 +38,9 @@ namespace tripath::kernels {
 template <int kMTiles, typename CacheT>
 struct MlaPackedConfig {
   static constexpr int kM = 16 * kMTiles;  // packed rows per block
-  static constexpr int kWarps = kMTiles == 4 ? 8 : 4;
+  // 8 warps at every height: at 16 rows, 4 warps (one per scheduler, one block per SM) left
+  // every ldmatrix / mma / barrier latency exposed (233 us at 16 heads, 1.3 TB/s).
+  static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kN = 64;                       // keys per tile
   static constexpr int kQkGroups = kWarps / kMTiles;  // key groups of the QK^T warps
@@ -62,7 +64,8 @@ struct MlaPackedConfig {
   static constexpr size_t kSmemTiles = kFp8 ? 2 * kSmemTile : kRing * kSmemPiece;
   static constexpr size_t kSmemBytes = kSmemQ + kSmemTiles + kSmemP + kSmemStats;
   static_assert(kFp8 || kRing >= 2 * kTilePieces, "the ring holds two tiles at least");
-  static_assert(kKeysPerWarp % 16 == 0 && kDimsPerWarp % 16 == 0, "warp tiles");
+  static_assert((kKeysPerWarp == 8 || kKeysPerWarp % 16 == 0) && kDimsPerWarp % 64 == 0,
+                "warp tiles: 8 or 16k keys, whole swizzle groups of value dims");
   static_assert(kSmemBytes <= kSmemMax, "shared memory of one block on sm_90");
 };
 
@@ -244,12 +247,19 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       for (int k4 = 0; k4 < 4; ++k4) {
         uint32_t a[4];
         ldmatrix_x4(a, qg_ptr + xa[k4]);
+        if constexpr (kKW == 8) {
+          // 8 keys (16 rows at 8 warps): half a 16-key group; lanes 0-15 address its rows.
+          uint32_t b[2];
+          ldmatrix_x2(b, keys16(qg / 2) + (qg % 2) * 8 * kMlaEntry + k_row + g * 64 + xb[k4]);
+          mma_16816<bf16>(s[0], a, b[0], b[1]);
+        } else {
 #pragma unroll
-        for (int np = 0; np < kKW / 16; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4(b, keys16(qg * (kKW / 16) + np) + k_row + g * 64 + xb[k4]);
-          mma_16816<bf16>(s[2 * np], a, b[0], b[1]);
-          mma_16816<bf16>(s[2 * np + 1], a, b[2], b[3]);
+          for (int np = 0; np < kKW / 16; ++np) {
+            uint32_t b[4];
+            ldmatrix_x4(b, keys16(qg * (kKW / 16) + np) + k_row + g * 64 + xb[k4]);
+            mma_16816<bf16>(s[2 * np], a, b[0], b[1]);
+            mma_16816<bf16>(s[2 * np + 1], a, b[2], b[3]);
+          }
         }
       }
     }

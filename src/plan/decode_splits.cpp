@@ -91,7 +91,12 @@ int32_t choose_split_tokens(const std::vector<int32_t>& kv_lens, int num_work_un
   const int64_t slots = static_cast<int64_t>(num_work_units) * split_waves;
   // Candidates: the longest request cut into k equal parts, k = 1..32 and then in steps of about
   // 12%, down to lo or until the items exceed kMaxItemsPerSlot per slot. The model costs
-  // O(requests x heads x log slots) per candidate, whatever the item count.
+  // O(requests x heads x log slots) per candidate, whatever the item count; a lower bound (all
+  // work spread evenly, or the longest item) skips most candidates: a serving step plans in
+  // tens of microseconds, not hundreds.
+  int64_t total_keys = 0;
+  for (int32_t len : kv_lens) total_keys += std::max(len, 0);
+  total_keys *= num_kv_heads;
   int64_t best = hi, best_time = makespan(kv_lens, hi, num_kv_heads, slots);
   int64_t best_items = work_items(kv_lens, hi, num_kv_heads);
   int64_t prev = hi;
@@ -104,6 +109,13 @@ int32_t choose_split_tokens(const std::vector<int32_t>& kv_lens, int num_work_un
     prev = s;
     const int64_t items = work_items(kv_lens, s, num_kv_heads);
     if (items > kMaxItemsPerSlot * slots) break;
+    // Smaller S only adds items, so once the even spread alone is no better, none is.
+    const int64_t even = (total_keys + items * kItemOverheadKeys) / slots;
+    if (even >= best_time) break;
+    if (std::max(even, std::min<int64_t>(s, longest) + kItemOverheadKeys) * 50 >= best_time * 49) {
+      if (s == lo) break;
+      continue;
+    }
     const int64_t t = makespan(kv_lens, s, num_kv_heads, slots);
     // A finer split must win by more than 2%: the model ignores the merge launch itself.
     if (t * 50 < best_time * 49 || (t < best_time && items <= best_items)) {

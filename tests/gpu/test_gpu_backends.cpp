@@ -29,6 +29,7 @@ struct GpuCase {
   int64_t chunk_budget = 32768;  // extend context tokens per chunk (three_path rounds)
   bool flash_tma = false;        // three_path with TRIPATH_FLASH_TMA=1 (TMA K/V loads)
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
+  bool flash_overlap = false;    // three_path with TRIPATH_FLASH_OVERLAP=1 (pipelined consumers)
   std::vector<ReqShape> reqs;
 };
 
@@ -198,6 +199,22 @@ std::vector<GpuCase> all_cases() {
         t.flash_tma = true;
         add(t, "tma_" + t.name);
       }
+      // The overlapped consumer loop (TRIPATH_FLASH_OVERLAP=1) on the same cases (it applies to
+      // head dims <= 128; the others check that it is ignored there), plus long prompts with
+      // odd and even tile counts.
+      c = base;
+      c.reqs = {{3001, 0}, {777, 5000}, {64, 64}, {1, 3000}};
+      c.name = "long_odd_tiles";
+      tma.push_back(c);
+      c.dim = 64;
+      c.reqs = {{2048, 0}, {1000, 1000}};
+      c.name = "long_even_tiles_d64";
+      tma.push_back(c);
+      for (GpuCase t : tma) {
+        t.flash_tma = false;
+        t.flash_overlap = true;
+        add(t, "overlap_" + t.name);
+      }
 
       // Extend chunks gathered to a contiguous workspace: every layout, cache block sizes 16
       // and 64, head dims, the features, many chunks with starts that are not block-aligned,
@@ -271,8 +288,8 @@ std::vector<GpuCase> all_cases() {
   return out;
 }
 
-// Sets an environment variable for one scope (the backend reads TRIPATH_FLASH_TMA and
-// TRIPATH_EXTEND_GATHER at creation).
+// Sets an environment variable for one scope (the backend reads TRIPATH_FLASH_TMA,
+// TRIPATH_EXTEND_GATHER and TRIPATH_FLASH_OVERLAP at creation).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, bool set) : name_(name), set_(set) {
@@ -335,6 +352,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
   {
     ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma);
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather);
+    ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", c.flash_overlap);
     backend = create_attention_backend(c.backend);
   }
   const uint64_t seed = std::hash<std::string>{}(c.name);

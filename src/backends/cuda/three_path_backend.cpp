@@ -65,6 +65,10 @@ class ThreePathBackend final : public CudaAttentionBackend {
   ThreePathBackend() {
     const char* v = std::getenv("TRIPATH_FLASH_TMA");
     flash_tma_ = v != nullptr && std::string(v) == "1";
+    // TRIPATH_FLASH_OVERLAP=1: the flash kernel's consumers overlap S(j + 1) with softmax(j)
+    // (experimental until measured on the GPU).
+    const char* ov = std::getenv("TRIPATH_FLASH_OVERLAP");
+    flash_overlap_ = ov != nullptr && std::string(ov) == "1";
     // TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention
     // (off until measured against the in-place reads).
     const char* g = std::getenv("TRIPATH_EXTEND_GATHER");
@@ -199,8 +203,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
                                     gather_workspace_.as<void>(), p, stream);
       }
       if (flash && l.kind != Launch::kDecode) {
-        TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(params.head_dim, in.q.dtype, p,
-                                                         gathered ? gather_maps : maps, stream));
+        TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(
+            params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_overlap_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         TRIPATH_CUDA_CHECK(kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -316,6 +320,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   kernels::UnifiedTile decode_tile_ = kernels::kRows16;
   bool flash_possible_ = false;
   bool flash_tma_ = false;
+  bool flash_overlap_ = false;
   kernels::FlashTensorMaps maps_{};
   bool extend_gather_ = false;  // TRIPATH_EXTEND_GATHER=1
   ExtendGather gather_;

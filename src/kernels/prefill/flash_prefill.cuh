@@ -15,6 +15,8 @@
 //       masks only on tiles that need them);
 //       O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
 //       operand layout) and V MN-major from shared memory.
+//     kOverlap (three_path's TRIPATH_FLASH_OVERLAP=1, experimental until measured): FA3's order
+//     inside a warpgroup, S(j + 1) and P V(j) issued back to back and softmax(j + 1) under P V(j).
 // K/V loads: by default 64 producer threads gather each tile with cp.async (one block-table
 // lookup per key). With tensor maps (kTma, three_path's TRIPATH_FLASH_TMA=1, experimental until
 // measured) one thread issues a TMA box copy per (cache block, 64-wide panel); on the tiled
@@ -64,7 +66,7 @@ __device__ __forceinline__ uint32_t sw128_offset(int r, int c, int rows) {
   return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-template <int D, int DV, typename T, bool kTma>
+template <int D, int DV, typename T, bool kTma, bool kOverlap = false>
 __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
@@ -217,28 +219,27 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
   for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
 
-  mbarrier::wait(q_full, 0);
-  for (int j = 0; j < num_tiles; ++j) {
-    const int st = j % kStages;
-    const int tile_start = tile0 + j * kN;
-    mbarrier::wait(&full[st], (j / kStages) & 1);
-    wgmma::fence_proxy_async();  // the copies were generic-proxy writes
+  // The steps of one tile, shared by the two loop forms below.
+  // S = Q K^T of the tile in stage st over D in 16-wide steps: panel ks / 4, 32 bytes per step.
+  // fence_operands before each issue pins the accumulators' last plain writes before the wgmma
+  // pipeline stage starts.
+  auto issue_s = [&](int st, float(&sx)[kN / 2]) {
     const uint32_t kst = aK + st * Cfg::kBytesK;
-    const uint32_t vst = aV + st * Cfg::kBytesV;
-
-    // S = Q K^T over D in 16-wide steps: panel ks / 4, 32 bytes per step within the panel.
+    wgmma::fence_operands(sx);
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint64_t da = wgmma::desc_sw128(aQ_wg + (ks / 4) * kM * 128 + (ks % 4) * 32, 16, 1024);
       const uint64_t db = wgmma::desc_sw128(kst + (ks / 4) * kN * 128 + (ks % 4) * 32, 16, 1024);
-      MmaS::ss(s, da, db, ks > 0);
+      MmaS::ss(sx, da, db, ks > 0);
     }
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(s);
-
-    // Scale, soft-cap and mask into base-2 logits; interior tiles skip the mask.
+  };
+  // Scale, soft-cap and mask into base-2 logits (interior tiles skip the mask), then the online
+  // softmax per row (a row with nothing visible yet keeps m = -inf and weight 0): leaves the
+  // probabilities in sx and each row's rescale factor for O in alpha.
+  auto scores = [&](int j, float(&sx)[kN / 2], float(&alpha)[2]) {
+    const int tile_start = tile0 + j * kN;
     const bool full_tile = tile_start >= key_lo && tile_start + kN <= key_hi &&
                            tile_start + kN - 1 <= first_pos &&
                            (p.window_left < 0 || tile_start >= last_pos - p.window_left);
@@ -248,9 +249,9 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
       for (int e = 0; e < 4; ++e) {
         float x;
         if (p.softcap > 0.0f) {
-          x = p.softcap * tanhf(s[nt * 4 + e] * p.score_scale / p.softcap) * 1.4426950408889634f;
+          x = p.softcap * tanhf(sx[nt * 4 + e] * p.score_scale / p.softcap) * 1.4426950408889634f;
         } else {
-          x = s[nt * 4 + e] * p.scale_log2;
+          x = sx[nt * 4 + e] * p.scale_log2;
         }
         if (!full_tile) {
           const int i = e / 2;
@@ -259,48 +260,57 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
                           (p.window_left < 0 || key >= row_pos[i] - p.window_left);
           x = ok ? x : kNegInf;
         }
-        s[nt * 4 + e] = x;
+        sx[nt * 4 + e] = x;
       }
     }
-
-    // Online softmax per row; a row with nothing visible yet keeps m = -inf and weight 0.
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       float mx = kNegInf;
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt)
-        mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * i], s[nt * 4 + 2 * i + 1]));
+        mx = fmaxf(mx, fmaxf(sx[nt * 4 + 2 * i], sx[nt * 4 + 2 * i + 1]));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[i], mx);
       const float base = m_new == kNegInf ? 0.0f : m_new;
-      const float alpha = exp2f(m[i] - base);
+      alpha[i] = exp2f(m[i] - base);
       m[i] = m_new;
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < kN / 8; ++nt) {
-        s[nt * 4 + 2 * i] = exp2f(s[nt * 4 + 2 * i] - base);
-        s[nt * 4 + 2 * i + 1] = exp2f(s[nt * 4 + 2 * i + 1] - base);
-        sum += s[nt * 4 + 2 * i] + s[nt * 4 + 2 * i + 1];
+        sx[nt * 4 + 2 * i] = exp2f(sx[nt * 4 + 2 * i] - base);
+        sx[nt * 4 + 2 * i + 1] = exp2f(sx[nt * 4 + 2 * i + 1] - base);
+        sum += sx[nt * 4 + 2 * i] + sx[nt * 4 + 2 * i + 1];
       }
-      l[i] = l[i] * alpha + sum;
+      l[i] = l[i] * alpha[i] + sum;
+    }
+  };
+  auto rescale_o = [&](const float(&alpha)[2]) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
 #pragma unroll
       for (int dn = 0; dn < DV / 8; ++dn) {
-        o[dn * 4 + 2 * i] *= alpha;
-        o[dn * 4 + 2 * i + 1] *= alpha;
+        o[dn * 4 + 2 * i] *= alpha[i];
+        o[dn * 4 + 2 * i + 1] *= alpha[i];
       }
     }
-
-    // O += P V: P from the S registers, 16 keys per step (2048 bytes of V rows per step);
-    // V's 64-wide panels sit kN * 128 bytes apart (the descriptor's leading byte offset).
-    uint32_t pa[kN / 16][4];
+  };
+  // P, packed as the RS A operand (the accumulator layout is the A operand layout).
+  uint32_t pa[kN / 16][4];
+  auto pack_p = [&](const float(&sx)[kN / 2]) {
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {
-      pa[kk][0] = pack2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-      pa[kk][1] = pack2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-      pa[kk][2] = pack2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-      pa[kk][3] = pack2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+      pa[kk][0] = pack2<T>(sx[8 * kk + 0], sx[8 * kk + 1]);
+      pa[kk][1] = pack2<T>(sx[8 * kk + 2], sx[8 * kk + 3]);
+      pa[kk][2] = pack2<T>(sx[8 * kk + 4], sx[8 * kk + 5]);
+      pa[kk][3] = pack2<T>(sx[8 * kk + 6], sx[8 * kk + 7]);
     }
+  };
+  // O += P V of the tile in stage st: P from registers, 16 keys per step (2048 bytes of V rows
+  // per step); V's 64-wide panels sit kN * 128 bytes apart (the descriptor's leading offset).
+  auto issue_pv = [&](int st) {
+    const uint32_t vst = aV + st * Cfg::kBytesV;
+    wgmma::fence_operands(o);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {
@@ -308,9 +318,63 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
       MmaO::rs(o, pa[kk], db, 1);
     }
     wgmma::commit();
-    wgmma::wait<0>();
-    wgmma::fence_operands(o);
-    mbarrier::arrive(&empty[st]);  // this warpgroup is done with the stage
+  };
+  auto wait_stage = [&](int j) {
+    mbarrier::wait(&full[j % kStages], (j / kStages) & 1);
+    wgmma::fence_proxy_async();  // the copies were generic-proxy writes
+  };
+
+  mbarrier::wait(q_full, 0);
+  float alpha[2];
+  if constexpr (!kOverlap) {
+    // In series: S, softmax, P V; the other warpgroup fills the tensor cores meanwhile.
+    for (int j = 0; j < num_tiles; ++j) {
+      wait_stage(j);
+      issue_s(j % kStages, s);
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+      scores(j, s, alpha);
+      rescale_o(alpha);
+      pack_p(s);
+      issue_pv(j % kStages);
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      mbarrier::arrive(&empty[j % kStages]);  // this warpgroup is done with the stage
+    }
+  } else {
+    // Overlapped, in FA3's order: S(j + 1) and P V(j) go to the tensor cores back to back, and
+    // softmax(j + 1) runs while P V(j) does. No plain instruction writes the registers of a
+    // wgmma in flight (O is rescaled and P repacked only after P V(j) retires), which keeps
+    // ptxas from serializing the wgmmas (C7515).
+    if (num_tiles > 0) {
+      wait_stage(0);
+      issue_s(0, s);
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+      scores(0, s, alpha);
+      rescale_o(alpha);
+      pack_p(s);
+    }
+    // Every tile but the last has a successor; the last is peeled off so the control flow has
+    // no `has next` branches for ptxas to pair up wrongly (it serialized the wgmmas then).
+    for (int j = 0; j + 1 < num_tiles; ++j) {
+      wait_stage(j + 1);
+      issue_s((j + 1) % kStages, s);
+      issue_pv(j % kStages);
+      wgmma::wait<1>();  // S(j + 1) has retired; P V(j) may still run
+      wgmma::fence_operands(s);
+      scores(j + 1, s, alpha);
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+      mbarrier::arrive(&empty[j % kStages]);
+      rescale_o(alpha);
+      pack_p(s);
+    }
+    if (num_tiles > 0) {
+      issue_pv((num_tiles - 1) % kStages);
+      wgmma::wait<0>();
+      wgmma::fence_operands(o);
+    }
   }
 
 #pragma unroll
@@ -362,7 +426,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
 
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,
-                                      cudaStream_t stream) {
+                                      bool overlap, cudaStream_t stream) {
   static_assert(FlashPrefillConfig<D, DV>::kM == kFlashPrefillRows, "item rows");
   if (p.num_items == 0) return cudaSuccess;
   auto launch = [&](auto kernel, const FlashTensorMaps& m) {
@@ -374,6 +438,11 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
     return cudaGetLastError();
   };
   if (maps != nullptr) return launch(flash_prefill_kernel<D, DV, T, true>, *maps);
+  // The overlapped loop: built for D = DV <= 128 only (D = 256 already runs out of registers,
+  // and MLA's 192 / 128 keeps the measured loop).
+  if constexpr (D == DV && D <= 128) {
+    if (overlap) return launch(flash_prefill_kernel<D, DV, T, false, true>, FlashTensorMaps{});
+  }
   return launch(flash_prefill_kernel<D, DV, T, false>, FlashTensorMaps{});
 }
 

@@ -27,15 +27,17 @@ struct FlashTensorMaps {
 
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,
-                                      cudaStream_t stream);
+                                      bool overlap, cudaStream_t stream);
 
 // True if this build compiled the kernel for sm_90a and (head_dim, q dtype); the KV cache must
 // then hold the same 16-bit dtype as q.
 bool flash_prefill_built(int head_dim, DType q);
 // Takes the unified kernel's parameters with kFlashPrefillRows-row work items; `maps` (from
-// make_flash_tensor_maps) selects the TMA loads, nullptr the cp.async gather.
+// make_flash_tensor_maps) selects the TMA loads, nullptr the cp.async gather. `overlap` selects
+// the intra-warpgroup pipelined consumer loop (S(j+1) under softmax(j); head dims <= 128 with
+// cp.async loads; elsewhere ignored).
 cudaError_t launch_flash_prefill(int head_dim, DType q, const UnifiedParams& p,
-                                 const FlashTensorMaps* maps, cudaStream_t stream);
+                                 const FlashTensorMaps* maps, bool overlap, cudaStream_t stream);
 // Builds `maps` for a (head_dim, q dtype) cache of `layout` (KvLayoutId); false (maps untouched)
 // where the TMA loads do not apply: block size below 8, a head dim that is not a multiple of 64,
 // or no driver entry point for cuTensorMapEncodeTiled.

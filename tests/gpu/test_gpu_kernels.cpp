@@ -8,41 +8,51 @@
 namespace tripath::gputest {
 namespace {
 
+// Both merge forms: the vectorized one (dims that are multiples of 4 up to 512, 16-byte-aligned
+// parts: 96, 200, 512) and the general one (dim 90; parts one float off alignment), with empty
+// parts, an all-empty row, and part counts 1, 5 and 33.
 TEST(GpuMerge, MatchesReferenceWithEmptyParts) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  const int64_t parts = 5, rows = 301, dim = 96;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal;
-  std::vector<float> outs(parts * rows * dim), lses(parts * rows);
-  for (float& x : outs) x = normal(rng);
-  for (int64_t i = 0; i < parts * rows; ++i) lses[i] = (i % 7 == 3) ? -INFINITY : 4 * normal(rng);
-  for (int64_t p = 0; p < parts; ++p) lses[p * rows + 17] = -INFINITY;  // row 17: all empty
-  std::vector<float> ref(rows * dim), ref_lse(rows);
-  merge_states(TensorView::contiguous(outs.data(), DType::kF32, {parts, rows, dim}),
-               TensorView::contiguous(lses.data(), DType::kF32, {parts, rows}),
-               TensorView::contiguous(ref.data(), DType::kF32, {rows, dim}),
-               TensorView::contiguous(ref_lse.data(), DType::kF32, {rows}));
-  DeviceMem d_outs, d_lses, d_out, d_lse;
-  d_outs.upload(outs);
-  d_lses.upload(lses);
-  d_out.upload(std::vector<float>(rows * dim, NAN));
-  d_lse.upload(std::vector<float>(rows, NAN));
-  merge_states(TensorView::contiguous(d_outs.get(), DType::kF32, {parts, rows, dim}, Device::kCUDA),
-               TensorView::contiguous(d_lses.get(), DType::kF32, {parts, rows}, Device::kCUDA),
-               TensorView::contiguous(d_out.get(), DType::kF32, {rows, dim}, Device::kCUDA),
-               TensorView::contiguous(d_lse.get(), DType::kF32, {rows}, Device::kCUDA));
-  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
-  const auto got = d_out.download<float>(rows * dim);
-  const auto got_lse = d_lse.download<float>(rows);
-  EXPECT_LT(rel_l2(got, ref), 1e-5);
-  for (int64_t d = 0; d < dim; ++d) EXPECT_EQ(got[17 * dim + d], 0.0f);
-  EXPECT_EQ(got_lse[17], -INFINITY);
-  for (int64_t r = 0; r < rows; ++r) {
-    if (std::isinf(ref_lse[r])) {
-      EXPECT_EQ(got_lse[r], ref_lse[r]) << "row " << r << " (all parts empty)";
-    } else {
-      EXPECT_NEAR(got_lse[r], ref_lse[r], 1e-4f) << "row " << r;
+  struct Case { int64_t parts, rows, dim, offset; };
+  for (const Case c : {Case{5, 301, 96, 0}, Case{5, 301, 90, 0}, Case{33, 77, 512, 0},
+                       Case{1, 50, 200, 0}, Case{5, 64, 512, 1}}) {
+    SCOPED_TRACE("parts " + std::to_string(c.parts) + " dim " + std::to_string(c.dim) +
+                 " offset " + std::to_string(c.offset));
+    const int64_t parts = c.parts, rows = c.rows, dim = c.dim;
+    std::mt19937 rng(11 + static_cast<unsigned>(dim));
+    std::normal_distribution<float> normal;
+    std::vector<float> outs(c.offset + parts * rows * dim), lses(parts * rows);
+    for (float& x : outs) x = normal(rng);
+    for (int64_t i = 0; i < parts * rows; ++i) lses[i] = (i % 7 == 3) ? -INFINITY : 4 * normal(rng);
+    for (int64_t p = 0; p < parts; ++p) lses[p * rows + 17] = -INFINITY;  // row 17: all empty
+    std::vector<float> ref(rows * dim), ref_lse(rows);
+    merge_states(TensorView::contiguous(outs.data() + c.offset, DType::kF32, {parts, rows, dim}),
+                 TensorView::contiguous(lses.data(), DType::kF32, {parts, rows}),
+                 TensorView::contiguous(ref.data(), DType::kF32, {rows, dim}),
+                 TensorView::contiguous(ref_lse.data(), DType::kF32, {rows}));
+    DeviceMem d_outs, d_lses, d_out, d_lse;
+    d_outs.upload(outs);
+    d_lses.upload(lses);
+    d_out.upload(std::vector<float>(rows * dim, NAN));
+    d_lse.upload(std::vector<float>(rows, NAN));
+    merge_states(TensorView::contiguous(static_cast<float*>(d_outs.get()) + c.offset, DType::kF32,
+                                        {parts, rows, dim}, Device::kCUDA),
+                 TensorView::contiguous(d_lses.get(), DType::kF32, {parts, rows}, Device::kCUDA),
+                 TensorView::contiguous(d_out.get(), DType::kF32, {rows, dim}, Device::kCUDA),
+                 TensorView::contiguous(d_lse.get(), DType::kF32, {rows}, Device::kCUDA));
+    TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+    const auto got = d_out.download<float>(rows * dim);
+    const auto got_lse = d_lse.download<float>(rows);
+    EXPECT_LT(rel_l2(got, ref), 1e-5);
+    for (int64_t d = 0; d < dim; ++d) EXPECT_EQ(got[17 * dim + d], 0.0f);
+    EXPECT_EQ(got_lse[17], -INFINITY);
+    for (int64_t r = 0; r < rows; ++r) {
+      if (std::isinf(ref_lse[r])) {
+        EXPECT_EQ(got_lse[r], ref_lse[r]) << "row " << r << " (all parts empty)";
+      } else {
+        EXPECT_NEAR(got_lse[r], ref_lse[r], 1e-4f) << "row " << r;
+      }
     }
   }
 #endif

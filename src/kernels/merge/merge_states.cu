@@ -1,8 +1,15 @@
 // Merge of partial attention states over disjoint key sets: o = sum w_i o_i / sum w_i with
 // w_i = exp(lse_i - max lse), lse = max + log sum w_i; -inf parts weigh nothing and a row whose
 // parts are all empty gets 0 and -inf, never NaN. Sinks enter as one more part (output 0).
-// Grid: one warp per row, lanes over the head dim. Used by split-KV decode (unified, two_path)
-// and the public merge entry point. Tests: tests/cpp/test_gpu_kernels.cpp.
+// Grid: one warp per row, lanes over the head dim. Used by split-KV decode (every backend), the
+// extend chunks and the public merge entry point. Tests: tests/gpu/test_gpu_kernels.cpp.
+// Two forms: the general one (a scalar loop over dims, then parts), and for 16-byte-aligned
+// parts of dims that are multiples of 4 up to 512 (every case the backends produce) a
+// vectorized one that walks the parts once, each lane holding its dims' sums in registers: the
+// general loop's load -> FMA chain per (dim, part) serialized ~4 x 16 memory round trips per
+// row at 512 dims (about 30 us of mla's 190 us at 16 heads).
+#include <cstdint>
+
 #include "common/device_math.cuh"
 #include "merge/merge_states.h"
 
@@ -42,13 +49,80 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
   if (lane == 0 && p.lse != nullptr) p.lse[row] = mx + logf(total);
 }
 
+// Vectorized form: lane l holds dims [4 (l + 32 k), 4 (l + 32 k) + 4) for k < kVec; parts are
+// read once each, as float4, in the general form's order (same sums, same rounding).
+template <typename OutT, int kVec>
+__global__ void merge_states_vec_kernel(const __grid_constant__ MergeParams p) {
+  const int64_t row = p.row_begin + (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= p.row_end) return;
+  const int parts = p.token_parts != nullptr ? p.token_parts[row / p.heads] : p.num_parts;
+  float mx = -INFINITY;
+  for (int i = 0; i < parts; ++i) mx = fmaxf(mx, p.part_lse[i * p.part_stride + row]);
+  const float sink = p.sinks != nullptr ? p.sinks[row % p.heads] : -INFINITY;
+  mx = fmaxf(mx, sink);
+  OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
+  const int nvec = p.dim / 4;
+  if (mx == -INFINITY) {
+    for (int d = lane; d < p.dim; d += 32) out[d] = from_float<OutT>(0.0f);
+    if (lane == 0 && p.lse != nullptr) p.lse[row] = -INFINITY;
+    return;
+  }
+  float total = p.sinks != nullptr ? expf(sink - mx) : 0.0f;
+  float4 acc[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 2
+  for (int i = 0; i < parts; ++i) {
+    const float l = p.part_lse[i * p.part_stride + row];
+    if (l == -INFINITY) continue;  // uniform over the warp: one row
+    const float w = expf(l - mx);
+    total += w;
+    const float4* src =
+        reinterpret_cast<const float4*>(p.part_out + (i * p.part_stride + row) * p.dim);
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const int v = lane + 32 * k;
+      if (v < nvec) {
+        const float4 x = src[v];
+        acc[k].x = fmaf(w, x.x, acc[k].x);
+        acc[k].y = fmaf(w, x.y, acc[k].y);
+        acc[k].z = fmaf(w, x.z, acc[k].z);
+        acc[k].w = fmaf(w, x.w, acc[k].w);
+      }
+    }
+  }
+  const float inv = 1.0f / total;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const int v = lane + 32 * k;
+    if (v < nvec) {
+      out[4 * v + 0] = from_float<OutT>(acc[k].x * inv);
+      out[4 * v + 1] = from_float<OutT>(acc[k].y * inv);
+      out[4 * v + 2] = from_float<OutT>(acc[k].z * inv);
+      out[4 * v + 3] = from_float<OutT>(acc[k].w * inv);
+    }
+  }
+  if (lane == 0 && p.lse != nullptr) p.lse[row] = mx + logf(total);
+}
+
 template <typename OutT>
 cudaError_t launch(const MergeParams& p, cudaStream_t stream) {
   const int64_t rows = p.row_end - p.row_begin;
   if (rows <= 0) return cudaSuccess;
   constexpr int kThreads = 256;  // 8 rows per block
-  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
-  merge_states_kernel<OutT><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p);
+  const unsigned blocks = static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads);
+  const bool vec = p.dim % 4 == 0 && p.dim <= 512 &&
+                   reinterpret_cast<uintptr_t>(p.part_out) % 16 == 0;
+  if (vec && p.dim <= 128) {
+    merge_states_vec_kernel<OutT, 1><<<blocks, kThreads, 0, stream>>>(p);
+  } else if (vec && p.dim <= 256) {
+    merge_states_vec_kernel<OutT, 2><<<blocks, kThreads, 0, stream>>>(p);
+  } else if (vec) {
+    merge_states_vec_kernel<OutT, 4><<<blocks, kThreads, 0, stream>>>(p);
+  } else {
+    merge_states_kernel<OutT><<<blocks, kThreads, 0, stream>>>(p);
+  }
   return cudaGetLastError();
 }
 

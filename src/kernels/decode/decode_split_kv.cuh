@@ -265,19 +265,30 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
 
     // Scale (soft-cap) into base-2 logits; mask only stages not wholly visible to every row.
     const bool full = start >= full_lo && start + kKeys <= full_hi;
+    // Uniform branches outside the element loops (inside, each element became its own basic
+    // blocks).
+    if (p.softcap > 0.0f) {
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
+      for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = e / 2;
-        float x = p.softcap > 0.0f ? cap_out * tanhf(s[nt][e] * cap_in[i]) : s[nt][e] * lg_scale[i];
-        if (!full) {
+        for (int e = 0; e < 4; ++e) s[nt][e] = cap_out * tanhf(s[nt][e] * cap_in[e / 2]);
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] *= lg_scale[e / 2];
+    }
+    if (!full) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int i = e / 2;
           const int key = start + warp * 16 + nt * 8 + (lane % 4) * 2 + (e % 2);
           const bool ok = row_ok[i] && key < key_hi && key <= row_pos[i] &&
                           (window < 0 || key >= row_pos[i] - window);
-          x = ok ? x : kNegInf;
+          s[nt][e] = ok ? s[nt][e] : kNegInf;
         }
-        s[nt][e] = x;
       }
     }
 

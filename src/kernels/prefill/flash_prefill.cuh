@@ -243,24 +243,28 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
     const bool full_tile = tile_start >= key_lo && tile_start + kN <= key_hi &&
                            tile_start + kN - 1 <= first_pos &&
                            (p.window_left < 0 || tile_start >= last_pos - p.window_left);
+    // The uniform branches stay outside the element loops: inside, they split every element
+    // into its own basic blocks (two branches each in the PTX) and ptxas could not interleave
+    // the elements' arithmetic.
+    if (p.softcap > 0.0f) {
+      const float cap_in = p.score_scale / p.softcap, cap_out = p.softcap * 1.4426950408889634f;
 #pragma unroll
-    for (int nt = 0; nt < kN / 8; ++nt) {
+      for (int e = 0; e < kN / 2; ++e) sx[e] = cap_out * tanhf(sx[e] * cap_in);
+    } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x;
-        if (p.softcap > 0.0f) {
-          x = p.softcap * tanhf(sx[nt * 4 + e] * p.score_scale / p.softcap) * 1.4426950408889634f;
-        } else {
-          x = sx[nt * 4 + e] * p.scale_log2;
-        }
-        if (!full_tile) {
+      for (int e = 0; e < kN / 2; ++e) sx[e] *= p.scale_log2;
+    }
+    if (!full_tile) {
+#pragma unroll
+      for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
           const int i = e / 2;
           const int key = tile_start + nt * 8 + (lane % 4) * 2 + (e % 2);
           const bool ok = row_ok[i] && key >= key_lo && key < key_hi && key <= row_pos[i] &&
                           (p.window_left < 0 || key >= row_pos[i] - p.window_left);
-          x = ok ? x : kNegInf;
+          sx[nt * 4 + e] = ok ? sx[nt * 4 + e] : kNegInf;
         }
-        sx[nt * 4 + e] = x;
       }
     }
 #pragma unroll

@@ -29,7 +29,8 @@ struct GpuCase {
   int64_t chunk_budget = 32768;  // extend context tokens per chunk (three_path rounds)
   bool flash_tma = false;        // three_path with TRIPATH_FLASH_TMA=1 (TMA K/V loads)
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
-  bool flash_overlap = false;    // three_path with TRIPATH_FLASH_OVERLAP=1 (pipelined consumers)
+  int flash_overlap = 0;         // three_path with TRIPATH_FLASH_OVERLAP=1 (pipelined consumers)
+                                 // or 2 (also 128-key tiles, producer warpgroup)
   std::vector<ReqShape> reqs;
 };
 
@@ -210,10 +211,12 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (GpuCase t : tma) {
-        t.flash_tma = false;
-        t.flash_overlap = true;
-        add(t, "overlap_" + t.name);
+      for (int mode : {1, 2}) {
+        for (GpuCase t : tma) {
+          t.flash_tma = false;
+          t.flash_overlap = mode;
+          add(t, (mode == 1 ? "overlap_" : "wide_") + t.name);
+        }
       }
 
       // Extend chunks gathered to a contiguous workspace: every layout, cache block sizes 16
@@ -292,8 +295,8 @@ std::vector<GpuCase> all_cases() {
 // TRIPATH_EXTEND_GATHER and TRIPATH_FLASH_OVERLAP at creation).
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, bool set) : name_(name), set_(set) {
-    if (set_) setenv(name_, "1", 1);
+  ScopedEnv(const char* name, bool set, const char* value = "1") : name_(name), set_(set) {
+    if (set_) setenv(name_, value, 1);
   }
   ~ScopedEnv() {
     if (set_) unsetenv(name_);
@@ -352,7 +355,8 @@ TEST_P(GpuBackendTest, MatchesReference) {
   {
     ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma);
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather);
-    ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", c.flash_overlap);
+    ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", c.flash_overlap != 0,
+                      c.flash_overlap == 2 ? "2" : "1");
     backend = create_attention_backend(c.backend);
   }
   const uint64_t seed = std::hash<std::string>{}(c.name);

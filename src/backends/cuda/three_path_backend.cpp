@@ -65,10 +65,14 @@ class ThreePathBackend final : public CudaAttentionBackend {
   ThreePathBackend() {
     const char* v = std::getenv("TRIPATH_FLASH_TMA");
     flash_tma_ = v != nullptr && std::string(v) == "1";
-    // TRIPATH_FLASH_OVERLAP=1: the flash kernel's consumers overlap S(j + 1) with softmax(j)
-    // (experimental until measured on the GPU).
+    // TRIPATH_FLASH_OVERLAP=1: the flash kernel's consumers pipeline S(j + 1), P V(j) and
+    // softmax in FA3's order; =2: the same with 128-key tiles and a producer warpgroup that
+    // hands its registers to the consumers (both experimental until measured on the GPU).
     const char* ov = std::getenv("TRIPATH_FLASH_OVERLAP");
-    flash_overlap_ = ov != nullptr && std::string(ov) == "1";
+    const std::string mode = ov != nullptr ? ov : "";
+    flash_mode_ = mode == "1"   ? kernels::FlashConsumerMode::kOverlap
+                  : mode == "2" ? kernels::FlashConsumerMode::kWide
+                                : kernels::FlashConsumerMode::kSerial;
     // TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention
     // (off until measured against the in-place reads).
     const char* g = std::getenv("TRIPATH_EXTEND_GATHER");
@@ -204,7 +208,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
       }
       if (flash && l.kind != Launch::kDecode) {
         TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(
-            params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_overlap_, stream));
+            params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         TRIPATH_CUDA_CHECK(kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -320,7 +324,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   kernels::UnifiedTile decode_tile_ = kernels::kRows16;
   bool flash_possible_ = false;
   bool flash_tma_ = false;
-  bool flash_overlap_ = false;
+  kernels::FlashConsumerMode flash_mode_ = kernels::FlashConsumerMode::kSerial;
   kernels::FlashTensorMaps maps_{};
   bool extend_gather_ = false;  // TRIPATH_EXTEND_GATHER=1
   ExtendGather gather_;

@@ -39,15 +39,20 @@
 
 namespace tripath::kernels {
 
-template <int D, int DV>
+// kWide: FA3's shape for head dims <= 128: a whole producer warpgroup that gives registers
+// away (setmaxnreg 40) to the two consumer warpgroups (232 each, instead of the 168 that 320
+// threads get), which pays for 128-key tiles: S in 64 registers, P in 32.
+template <int D, int DV, bool kWide = false>
 struct FlashPrefillConfig {
   static_assert(D % 64 == 0 && DV % 64 == 0, "flash prefill needs 64-multiple head dims");
+  static_assert(!kWide || (D == DV && D <= 128), "wide tiles: head dims up to 128");
   static constexpr int kConsumers = 2;          // warpgroups of 64 rows
-  static constexpr int kProducerThreads = 64;   // two warps issue the copies
+  static constexpr int kProducerThreads = kWide ? 128 : 64;  // a warpgroup, or two warps
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // kWide: 128 x 40 + 256 x 232
   static constexpr int kM = 64 * kConsumers;    // packed query rows per block (kFlashPrefillRows)
-  static constexpr int kN = flash_prefill_tile_keys(D, DV);  // keys per tile
+  static constexpr int kN = kWide ? 128 : flash_prefill_tile_keys(D, DV);  // keys per tile
   static constexpr uint32_t kBytesQ = uint32_t(kM) * D * 2;
   static constexpr uint32_t kBytesK = uint32_t(kN) * D * 2;
   static constexpr uint32_t kBytesV = uint32_t(kN) * DV * 2;
@@ -66,12 +71,13 @@ __device__ __forceinline__ uint32_t sw128_offset(int r, int c, int rows) {
   return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-template <int D, int DV, typename T, bool kTma, bool kOverlap = false>
-__global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
+template <int D, int DV, typename T, bool kTma, bool kOverlap = false, bool kWide = false>
+__global__ void __launch_bounds__(FlashPrefillConfig<D, DV, kWide>::kThreads, 1)
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = FlashPrefillConfig<D, DV>;
+  static_assert(!kWide || (kOverlap && !kTma), "wide tiles come with the overlapped loop");
+  using Cfg = FlashPrefillConfig<D, DV, kWide>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
   constexpr float kNegInf = -INFINITY;
   using MmaS = wgmma::Mma<kN, T>;
@@ -117,6 +123,9 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
   __syncthreads();
 
   if (tid >= Cfg::kConsumerThreads) {
+    if constexpr (kWide) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
+    }
     // Producers. Q: packed row r -> token (row_begin + r) / rpt, head q_head + (row_begin + r) % rpt.
     const int pt = tid - Cfg::kConsumerThreads;
     constexpr int kChunksQ = D / 8;
@@ -197,6 +206,9 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
   }
 
   // Consumers: warpgroup wg holds packed rows [64 wg, 64 wg + 64) of the block.
+  if constexpr (kWide) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
+  }
   const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
   int row_pos[2];
   bool row_ok[2];
@@ -430,24 +442,32 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV>::kThreads, 1)
 
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,
-                                      bool overlap, cudaStream_t stream) {
+                                      FlashConsumerMode mode, cudaStream_t stream) {
   static_assert(FlashPrefillConfig<D, DV>::kM == kFlashPrefillRows, "item rows");
   if (p.num_items == 0) return cudaSuccess;
-  auto launch = [&](auto kernel, const FlashTensorMaps& m) {
-    const size_t smem = FlashPrefillConfig<D, DV>::kSmemBytes;
+  auto launch = [&](auto kernel, const FlashTensorMaps& m, auto cfg) {
+    using Cfg = decltype(cfg);
+    const size_t smem = Cfg::kSmemBytes;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
-    kernel<<<p.num_items, FlashPrefillConfig<D, DV>::kThreads, smem, stream>>>(p, m);
+    kernel<<<p.num_items, Cfg::kThreads, smem, stream>>>(p, m);
     return cudaGetLastError();
   };
-  if (maps != nullptr) return launch(flash_prefill_kernel<D, DV, T, true>, *maps);
-  // The overlapped loop: built for D = DV <= 128 only (D = 256 already runs out of registers,
+  using Base = FlashPrefillConfig<D, DV>;
+  if (maps != nullptr) return launch(flash_prefill_kernel<D, DV, T, true>, *maps, Base{});
+  // The overlapped loops: built for D = DV <= 128 only (D = 256 already runs out of registers,
   // and MLA's 192 / 128 keeps the measured loop).
   if constexpr (D == DV && D <= 128) {
-    if (overlap) return launch(flash_prefill_kernel<D, DV, T, false, true>, FlashTensorMaps{});
+    if (mode == FlashConsumerMode::kOverlap) {
+      return launch(flash_prefill_kernel<D, DV, T, false, true>, FlashTensorMaps{}, Base{});
+    }
+    if (mode == FlashConsumerMode::kWide) {
+      return launch(flash_prefill_kernel<D, DV, T, false, true, true>, FlashTensorMaps{},
+                    FlashPrefillConfig<D, DV, true>{});
+    }
   }
-  return launch(flash_prefill_kernel<D, DV, T, false>, FlashTensorMaps{});
+  return launch(flash_prefill_kernel<D, DV, T, false>, FlashTensorMaps{}, Base{});
 }
 
 }  // namespace tripath::kernels

@@ -5,7 +5,8 @@
 namespace tripath::kernels {
 
 cudaError_t launch_flash_prefill_mla(const UnifiedParams& p, cudaStream_t stream) {
-  return launch_flash_prefill_impl<192, 128, bf16>(p, nullptr, false, stream);
+  return launch_flash_prefill_impl<192, 128, bf16>(p, nullptr, FlashConsumerMode::kSerial,
+                                                    stream);
 }
 
 }  // namespace tripath::kernels

@@ -16,22 +16,32 @@
 namespace tripath::kernels {
 namespace {
 
+// The row's parts and their maximum LSE (sinks included). A row whose parts are all empty is
+// written here (0, LSE -inf) and false returned.
+template <typename OutT>
+__device__ __forceinline__ bool merge_row_start(const MergeParams& p, int64_t row, int lane,
+                                                int& parts, float& mx, float& sink) {
+  parts = p.token_parts != nullptr ? p.token_parts[row / p.heads] : p.num_parts;
+  mx = -INFINITY;
+  for (int i = 0; i < parts; ++i) mx = fmaxf(mx, p.part_lse[i * p.part_stride + row]);
+  sink = p.sinks != nullptr ? p.sinks[row % p.heads] : -INFINITY;
+  mx = fmaxf(mx, sink);
+  if (mx != -INFINITY) return true;
+  OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
+  for (int d = lane; d < p.dim; d += 32) out[d] = from_float<OutT>(0.0f);
+  if (lane == 0 && p.lse != nullptr) p.lse[row] = -INFINITY;
+  return false;
+}
+
 template <typename OutT>
 __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
   const int64_t row = p.row_begin + (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.row_end) return;
-  const int parts = p.token_parts != nullptr ? p.token_parts[row / p.heads] : p.num_parts;
-  float mx = -INFINITY;
-  for (int i = 0; i < parts; ++i) mx = fmaxf(mx, p.part_lse[i * p.part_stride + row]);
-  const float sink = p.sinks != nullptr ? p.sinks[row % p.heads] : -INFINITY;
-  mx = fmaxf(mx, sink);
+  int parts;
+  float mx, sink;
+  if (!merge_row_start<OutT>(p, row, lane, parts, mx, sink)) return;
   OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
-  if (mx == -INFINITY) {
-    for (int d = lane; d < p.dim; d += 32) out[d] = from_float<OutT>(0.0f);
-    if (lane == 0 && p.lse != nullptr) p.lse[row] = -INFINITY;
-    return;
-  }
   float total = p.sinks != nullptr ? expf(sink - mx) : 0.0f;
   for (int i = 0; i < parts; ++i) {
     const float l = p.part_lse[i * p.part_stride + row];
@@ -56,18 +66,11 @@ __global__ void merge_states_vec_kernel(const __grid_constant__ MergeParams p) {
   const int64_t row = p.row_begin + (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.row_end) return;
-  const int parts = p.token_parts != nullptr ? p.token_parts[row / p.heads] : p.num_parts;
-  float mx = -INFINITY;
-  for (int i = 0; i < parts; ++i) mx = fmaxf(mx, p.part_lse[i * p.part_stride + row]);
-  const float sink = p.sinks != nullptr ? p.sinks[row % p.heads] : -INFINITY;
-  mx = fmaxf(mx, sink);
+  int parts;
+  float mx, sink;
+  if (!merge_row_start<OutT>(p, row, lane, parts, mx, sink)) return;
   OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
   const int nvec = p.dim / 4;
-  if (mx == -INFINITY) {
-    for (int d = lane; d < p.dim; d += 32) out[d] = from_float<OutT>(0.0f);
-    if (lane == 0 && p.lse != nullptr) p.lse[row] = -INFINITY;
-    return;
-  }
   float total = p.sinks != nullptr ? expf(sink - mx) : 0.0f;
   float4 acc[kVec];
 #pragma unroll

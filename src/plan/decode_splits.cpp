@@ -98,28 +98,23 @@ int32_t choose_split_tokens(const std::vector<int32_t>& kv_lens, int num_work_un
   for (int32_t len : kv_lens) total_keys += std::max(len, 0);
   total_keys *= num_kv_heads;
   int64_t best = hi, best_time = makespan(kv_lens, hi, num_kv_heads, slots);
-  int64_t best_items = work_items(kv_lens, hi, num_kv_heads);
   int64_t prev = hi;
   for (int64_t k = 2;; k = k < 32 ? k + 1 : k + k / 8) {
     const int64_t s = std::max(lo, round_up((longest + k - 1) / k, align));
-    if (s >= prev) {
-      if (s == lo) break;
-      continue;
-    }
-    prev = s;
-    const int64_t items = work_items(kv_lens, s, num_kv_heads);
-    if (items > kMaxItemsPerSlot * slots) break;
-    // Smaller S only adds items, so once the even spread alone is no better, none is.
-    const int64_t even = (total_keys + items * kItemOverheadKeys) / slots;
-    if (even >= best_time) break;
-    if (std::max(even, std::min<int64_t>(s, longest) + kItemOverheadKeys) * 50 >= best_time * 49) {
-      if (s == lo) break;
-      continue;
-    }
-    const int64_t t = makespan(kv_lens, s, num_kv_heads, slots);
-    // A finer split must win by more than 2%: the model ignores the merge launch itself.
-    if (t * 50 < best_time * 49 || (t < best_time && items <= best_items)) {
-      best = s, best_time = t, best_items = items;
+    if (s < prev) {  // a new candidate: each has strictly more items than the one before
+      prev = s;
+      const int64_t items = work_items(kv_lens, s, num_kv_heads);
+      if (items > kMaxItemsPerSlot * slots) break;
+      // Smaller S only adds items, so once the even spread alone is no better, none is.
+      const int64_t even = (total_keys + items * kItemOverheadKeys) / slots;
+      if (even >= best_time) break;
+      // A finer split must win by more than 2% (the model ignores the merge launch itself):
+      // the lower bound (even spread, or the longest item) rules most candidates out unsimulated.
+      const int64_t bound = std::max(even, std::min<int64_t>(s, longest) + kItemOverheadKeys);
+      if (bound * 50 < best_time * 49) {
+        const int64_t t = makespan(kv_lens, s, num_kv_heads, slots);
+        if (t * 50 < best_time * 49) best = s, best_time = t;
+      }
     }
     if (s == lo) break;
   }

@@ -60,23 +60,23 @@ void longest_first(std::vector<UnifiedWorkItem>& items, size_t begin, const Step
 
 class ThreePathBackend final : public CudaAttentionBackend {
  public:
-  // TRIPATH_FLASH_TMA=1: the flash kernel loads K/V tiles with TMA box copies instead of the
-  // cp.async gather (experimental until measured on the GPU; read once, at creation).
+  // Opt-in variants, experimental until they measure faster; read once, at creation.
+  //   TRIPATH_FLASH_TMA=1: the flash kernel loads K/V tiles with TMA box copies, not cp.async.
+  //   TRIPATH_FLASH_OVERLAP=1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
+  //     order; =2: the same with 128-key tiles and a producer warpgroup that hands its
+  //     registers to the consumers.
+  //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   ThreePathBackend() {
-    const char* v = std::getenv("TRIPATH_FLASH_TMA");
-    flash_tma_ = v != nullptr && std::string(v) == "1";
-    // TRIPATH_FLASH_OVERLAP=1: the flash kernel's consumers pipeline S(j + 1), P V(j) and
-    // softmax in FA3's order; =2: the same with 128-key tiles and a producer warpgroup that
-    // hands its registers to the consumers (both experimental until measured on the GPU).
-    const char* ov = std::getenv("TRIPATH_FLASH_OVERLAP");
-    const std::string mode = ov != nullptr ? ov : "";
+    auto env = [](const char* name) {
+      const char* v = std::getenv(name);
+      return std::string(v != nullptr ? v : "");
+    };
+    flash_tma_ = env("TRIPATH_FLASH_TMA") == "1";
+    const std::string mode = env("TRIPATH_FLASH_OVERLAP");
     flash_mode_ = mode == "1"   ? kernels::FlashConsumerMode::kOverlap
                   : mode == "2" ? kernels::FlashConsumerMode::kWide
                                 : kernels::FlashConsumerMode::kSerial;
-    // TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention
-    // (off until measured against the in-place reads).
-    const char* g = std::getenv("TRIPATH_EXTEND_GATHER");
-    extend_gather_ = g != nullptr && std::string(g) == "1";
+    extend_gather_ = env("TRIPATH_EXTEND_GATHER") == "1";
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }

@@ -474,6 +474,30 @@ TEST(GpuGraph, CaptureAndReplay) {
 }
 
 // run() refuses a plan it was not prepared for, and CPU tensors.
+// three_path's opt-in variables: a value it does not know is an error naming the variable,
+// never a silent fallback; 0 is off.
+TEST(GpuErrors, ThreePathVariantVariables) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  struct Bad { const char* name; const char* value; };
+  for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
+                      Bad{"TRIPATH_FLASH_OVERLAP", "3"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
+                      Bad{"TRIPATH_EXTEND_GATHER", "on"}}) {
+    ScopedEnv env(b.name, true, b.value);
+    try {
+      create_attention_backend("three_path");
+      ADD_FAILURE() << b.name << "=" << b.value << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(b.name), std::string::npos) << e.what();
+    }
+  }
+  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER"}) {
+    ScopedEnv env(name, true, "0");
+    EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "=0";
+  }
+#endif
+}
+
 TEST(GpuErrors, UnpreparedPlanAndWrongDevice) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA

@@ -66,17 +66,22 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     order; =2: the same with 128-key tiles and a producer warpgroup that hands its
   //     registers to the consumers.
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
+  //   Unset, empty or 0: off. Any other value is an error naming the variable.
   ThreePathBackend() {
-    auto env = [](const char* name) {
+    auto env = [](const char* name, int max, const char* expected) {
       const char* v = std::getenv(name);
-      return std::string(v != nullptr ? v : "");
+      const std::string value = v != nullptr ? v : "";
+      TRIPATH_CHECK_ARG(value.empty() || (value.size() == 1 && value[0] >= '0' &&
+                                          value[0] <= '0' + max),
+                        name, "'" + value + "'", expected);
+      return value;
     };
-    flash_tma_ = env("TRIPATH_FLASH_TMA") == "1";
-    const std::string mode = env("TRIPATH_FLASH_OVERLAP");
+    flash_tma_ = env("TRIPATH_FLASH_TMA", 1, "unset, 0 or 1") == "1";
+    const std::string mode = env("TRIPATH_FLASH_OVERLAP", 2, "unset, 0, 1 or 2");
     flash_mode_ = mode == "1"   ? kernels::FlashConsumerMode::kOverlap
                   : mode == "2" ? kernels::FlashConsumerMode::kWide
                                 : kernels::FlashConsumerMode::kSerial;
-    extend_gather_ = env("TRIPATH_EXTEND_GATHER") == "1";
+    extend_gather_ = env("TRIPATH_EXTEND_GATHER", 1, "unset, 0 or 1") == "1";
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }

@@ -31,6 +31,7 @@ struct GpuCase {
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   int flash_overlap = 0;         // three_path with TRIPATH_FLASH_OVERLAP=1 (pipelined consumers)
                                  // or 2 (also 128-key tiles, producer warpgroup)
+  bool flash_rows = false;       // three_path with TRIPATH_FLASH_ROWS=1 (row-copy producers)
   std::vector<ReqShape> reqs;
 };
 
@@ -218,6 +219,13 @@ std::vector<GpuCase> all_cases() {
           add(t, (mode == 1 ? "overlap_" : "wide_") + t.name);
         }
       }
+      // The row-copy producers (TRIPATH_FLASH_ROWS=1) on the same cases: every head dim
+      // (16 and 32 keys per producer warp), layout and block size of the list.
+      for (GpuCase t : tma) {
+        t.flash_tma = false;
+        t.flash_rows = true;
+        add(t, "rows_" + t.name);
+      }
 
       // Extend chunks gathered to a contiguous workspace: every layout, cache block sizes 16
       // and 64, head dims, the features, many chunks with starts that are not block-aligned,
@@ -357,6 +365,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather);
     ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", c.flash_overlap != 0,
                       c.flash_overlap == 2 ? "2" : "1");
+    ScopedEnv rows("TRIPATH_FLASH_ROWS", c.flash_rows);
     backend = create_attention_backend(c.backend);
   }
   const uint64_t seed = std::hash<std::string>{}(c.name);
@@ -482,7 +491,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   struct Bad { const char* name; const char* value; };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
                       Bad{"TRIPATH_FLASH_OVERLAP", "3"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
-                      Bad{"TRIPATH_EXTEND_GATHER", "on"}}) {
+                      Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_FLASH_ROWS", "2"}}) {
     ScopedEnv env(b.name, true, b.value);
     try {
       create_attention_backend("three_path");
@@ -491,7 +500,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
       EXPECT_NE(std::string(e.what()).find(b.name), std::string::npos) << e.what();
     }
   }
-  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER"}) {
+  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER",
+                           "TRIPATH_FLASH_ROWS"}) {
     ScopedEnv env(name, true, "0");
     EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "=0";
   }

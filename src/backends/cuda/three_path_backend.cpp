@@ -65,6 +65,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //   TRIPATH_FLASH_OVERLAP=1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
   //     order; =2: the same with 128-key tiles and a producer warpgroup that hands its
   //     registers to the consumers.
+  //   TRIPATH_FLASH_ROWS=1: its cp.async producers copy whole K/V rows per warp instruction
+  //     (serial loop, no TMA; ignored with the other two).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   Unset, empty or 0: off. Any other value is an error naming the variable.
   ThreePathBackend() {
@@ -81,6 +83,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     flash_mode_ = mode == "1"   ? kernels::FlashConsumerMode::kOverlap
                   : mode == "2" ? kernels::FlashConsumerMode::kWide
                                 : kernels::FlashConsumerMode::kSerial;
+    flash_rows_ = env("TRIPATH_FLASH_ROWS", 1, "unset, 0 or 1") == "1";
     extend_gather_ = env("TRIPATH_EXTEND_GATHER", 1, "unset, 0 or 1") == "1";
   }
   const char* name() const override { return "three_path"; }
@@ -213,7 +216,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
       }
       if (flash && l.kind != Launch::kDecode) {
         TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(
-            params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_, stream));
+            params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_,
+            flash_rows_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         TRIPATH_CUDA_CHECK(kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -330,6 +334,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   bool flash_possible_ = false;
   bool flash_tma_ = false;
   kernels::FlashConsumerMode flash_mode_ = kernels::FlashConsumerMode::kSerial;
+  bool flash_rows_ = false;
   kernels::FlashTensorMaps maps_{};
   bool extend_gather_ = false;  // TRIPATH_EXTEND_GATHER=1
   ExtendGather gather_;

@@ -120,35 +120,59 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
     sSum[tid] = 0.0f;
   }
 
-  auto row_of = [&](int key) {
-    return int64_t(table[key >> p.log2_block_size]) * p.block_size + (key & (p.block_size - 1));
+  // Loads: each refill covers kN consecutive keys (a tile, or for bf16 kTP pieces of 16 keys
+  // from any piece on); thread t copies key t / kTPK of it, chunks t % kTPK + kTPK i. Its
+  // block-table entry is looked up one refill ahead (`next_base`), so no thread waits on a
+  // dependent table load before its copies: with a lookup per 16-byte chunk, every piece's
+  // first lookup missed L1 (a new cache block) and the copies of a tile issued after four
+  // serial L2 round trips, on every thread's critical path.
+  constexpr int kTPK = Cfg::kThreads / kN;  // threads per key
+  static_assert(Cfg::kThreads % kN == 0, "whole threads per key");
+  const int my_key = tid / kTPK, my_part = tid % kTPK;
+  // Element offset of this thread's key in the refill whose first key is `first`; -1 past key_hi.
+  auto key_base = [&](int first) -> int64_t {
+    const int kabs = first + my_key;
+    if (kabs >= key_hi) return -1;
+    const int64_t row =
+        int64_t(table[kabs >> p.log2_block_size]) * p.block_size + (kabs & (p.block_size - 1));
+    return row * kMlaEntry;
   };
-  // fp8: raw rows (unswizzled) of the tile at tile_start into raw stage `stage`.
-  auto load_tile = [&](int tile_start, int stage) {
+  // fp8: raw rows (unswizzled) of the tile into raw stage `stage`; keys past key_hi zero-filled.
+  auto load_tile = [&](int stage, int64_t base) {
     if constexpr (Cfg::kFp8) {
       constexpr int kRawChunks = kMlaEntry / 16;
+      static_assert(kRawChunks % kTPK == 0, "whole raw chunks per thread");
       unsigned char* raw = sTiles + Cfg::kSmemTile + size_t(stage) * kN * kMlaEntry;
-#pragma unroll 1
-      for (int idx = tid; idx < kN * kRawChunks; idx += Cfg::kThreads) {
-        const int key = idx / kRawChunks, c = idx % kRawChunks, kabs = tile_start + key;
-        const bool valid = kabs < key_hi;
-        const int64_t off = valid ? row_of(kabs) * kMlaEntry + c * 16 : 0;
-        cp_async_16(raw + key * kMlaEntry + c * 16, static_cast<const uint8_t*>(p.cache) + off,
-                    valid);
+      const uint8_t* src = static_cast<const uint8_t*>(p.cache) + (base >= 0 ? base : 0);
+#pragma unroll
+      for (int i = 0; i < kRawChunks / kTPK; ++i) {
+        const int c = my_part + kTPK * i;
+        cp_async_16(raw + my_key * kMlaEntry + c * 16, src + c * 16, base >= 0);
       }
     }
   };
-  // bf16: piece q (keys key_lo + 16 q ...) into ring slot q % kRing, rows swizzled as in a tile
-  // (the swizzle depends on the row mod 8 only); keys past key_hi are zero-filled.
+  // bf16: pieces [q0, q0 + count) (keys key_lo + 16 q ...) into ring slots q % kRing, rows
+  // swizzled as in a tile (the swizzle depends on the row mod 8 only), one commit group per
+  // piece (empty for pieces past the last tile, and for the pieces other threads copy): the
+  // ring's wait counts groups. A warp's 8 keys lie in one piece, so the branch is uniform.
   constexpr int kPK = Cfg::kPieceKeys, kTP = Cfg::kTilePieces, kRing = Cfg::kRing;
-  auto load_piece = [&](int q) {
-    bf16* dst = reinterpret_cast<bf16*>(sTiles + size_t(q % kRing) * Cfg::kSmemPiece);
+  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
+  auto load_pieces = [&](int q0, int count, int64_t base) {
+    static_assert(kRC % kTPK == 0, "whole chunks per thread");
+    const int mine = my_key / kPK;  // the piece of this thread's key, relative to q0
 #pragma unroll 1
-    for (int idx = tid; idx < kPK * kRC; idx += Cfg::kThreads) {
-      const int key = idx / kRC, c = idx % kRC, kabs = key_lo + q * kPK + key;
-      const bool valid = kabs < key_hi;
-      const int64_t off = valid ? row_of(kabs) * kMlaEntry + c * 8 : 0;
-      cp_async_16(dst + mla_swizzle<kRC>(key, c), static_cast<const bf16*>(p.cache) + off, valid);
+    for (int pc = 0; pc < count; ++pc) {
+      const int q = q0 + pc;
+      if (pc == mine && q < num_tiles * kTP) {
+        bf16* dst = reinterpret_cast<bf16*>(sTiles + size_t(q % kRing) * Cfg::kSmemPiece);
+        const bf16* src = static_cast<const bf16*>(p.cache) + (base >= 0 ? base : 0);
+#pragma unroll
+        for (int i = 0; i < kRC / kTPK; ++i) {
+          const int c = my_part + kTPK * i;
+          cp_async_16(dst + mla_swizzle<kRC>(my_key % kPK, c), src + c * 8, base >= 0);
+        }
+      }
+      cp_async_commit();
     }
   };
 
@@ -184,19 +208,21 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
     for (int dn = 0; dn < kDW / 8; ++dn)
       o[mt][dn][0] = o[mt][dn][1] = o[mt][dn][2] = o[mt][dn][3] = 0.0f;
 
-  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
+  // next_base: this thread's key of the next refill (fp8: tile j + 2; bf16: the pieces from
+  // kTP j + kRing - kTP on).
+  int64_t next_base = -1;
   if constexpr (Cfg::kFp8) {
-    if (num_tiles > 0) load_tile(key_lo, 0);
+    if (num_tiles > 0) load_tile(0, key_base(key_lo));
     cp_async_commit();  // Q and tile 0
-    if (num_tiles > 1) load_tile(key_lo + kN, 1);
+    if (num_tiles > 1) load_tile(1, key_base(key_lo + kN));
     cp_async_commit();
+    next_base = key_base(key_lo + 2 * kN);
   } else {
-    // One commit group per piece (empty past the last tile), Q in the first: the wait below
-    // counts groups.
-    for (int q = 0; q < kRing - kTP; ++q) {
-      if (q < num_tiles * kTP) load_piece(q);
-      cp_async_commit();
+    // The first kRing - kTP pieces, Q in the first group.
+    for (int q = 0; q < kRing - kTP; q += kTP) {
+      load_pieces(q, min(kTP, kRing - kTP - q), key_base(key_lo + q * kPK));
     }
+    next_base = key_base(key_lo + (kRing - kTP) * kPK);
   }
 
   for (int j = 0; j < num_tiles; ++j) {
@@ -213,17 +239,17 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
             fp8x8_to<bf16>(*reinterpret_cast<const uint2*>(raw + key * kMlaEntry + c * 8));
       }
       __syncthreads();  // the widened tile is complete; raw stage j % 2 is free
-      if (j + 2 < num_tiles) load_tile(tile_start + 2 * kN, j % 2);
+      if (j + 2 < num_tiles) load_tile(j % 2, next_base);
       cp_async_commit();
+      next_base = key_base(tile_start + 3 * kN);
       tile = wide;
     } else {
       // Committed so far: kRing - kTP + kTP j groups; pieces up to kTP (j + 1) - 1 must land.
       cp_async_wait<kRing - 2 * kTP>();
       __syncthreads();  // ... for every thread; tile j - 1's pieces are no longer read
-      for (int q = kTP * j + kRing - kTP; q < kTP * j + kRing; ++q) {
-        if (q < num_tiles * kTP) load_piece(q);
-        cp_async_commit();
-      }
+      const int q0 = kTP * j + kRing - kTP;
+      load_pieces(q0, kTP, next_base);
+      next_base = key_base(key_lo + (q0 + kTP) * kPK);
     }
     // The 16-key group g of tile j (rows swizzled by key mod 8 in both layouts).
     auto keys16 = [&](int g) -> const bf16* {
@@ -240,6 +266,9 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
     float s[kKW / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kKW / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    // 8 keys per warp: odd k-steps accumulate into s_odd, so the 36 MMAs form two dependent
+    // chains of 18 instead of one of 36 (the MMA latency, not its rate, set the QK^T time).
+    float s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 1
     for (int g = 0; g < kMlaEntry / 64; ++g) {
       const bf16* qg_ptr = sQ + q_row + g * 64;
@@ -251,7 +280,11 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
           // 8 keys (16 rows at 8 warps): half a 16-key group; lanes 0-15 address its rows.
           uint32_t b[2];
           ldmatrix_x2(b, keys16(qg / 2) + (qg % 2) * 8 * kMlaEntry + k_row + g * 64 + xb[k4]);
-          mma_16816<bf16>(s[0], a, b[0], b[1]);
+          if (k4 % 2 == 0) {
+            mma_16816<bf16>(s[0], a, b[0], b[1]);
+          } else {
+            mma_16816<bf16>(s_odd, a, b[0], b[1]);
+          }
         } else {
 #pragma unroll
           for (int np = 0; np < kKW / 16; ++np) {
@@ -262,6 +295,11 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
           }
         }
       }
+    }
+
+    if constexpr (kKW == 8) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[0][e] += s_odd[e];
     }
 
     // Mask, scale to base-2 logits, and this warp's row maxima.

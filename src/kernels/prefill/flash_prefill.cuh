@@ -29,6 +29,8 @@
 
 #include <cuda_runtime.h>
 
+#include <type_traits>
+
 #include "common/device_math.cuh"
 #include "common/kv_layout.h"
 #include "common/mbarrier.cuh"
@@ -71,12 +73,14 @@ __device__ __forceinline__ uint32_t sw128_offset(int r, int c, int rows) {
   return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-template <int D, int DV, typename T, bool kTma, bool kOverlap = false, bool kWide = false>
+template <int D, int DV, typename T, bool kTma, bool kOverlap = false, bool kWide = false,
+          bool kRows = false>
 __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, kWide>::kThreads, 1)
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(!kWide || (kOverlap && !kTma), "wide tiles come with the overlapped loop");
+  static_assert(!kRows || !kTma, "row copies are a cp.async producer");
   using Cfg = FlashPrefillConfig<D, DV, kWide>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
   constexpr float kNegInf = -INFINITY;
@@ -180,6 +184,38 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, kWide>::kThreads, 1)
           }
           continue;
         }
+      }
+      if constexpr (kRows) {
+        // Whole rows per warp (TRIPATH_FLASH_ROWS=1): a warp's lanes copy consecutive 16-byte
+        // chunks of its kWarpKeys keys, so one instruction reads 2 rows at 128 dims (4 whole
+        // 128-byte lines) instead of a 16-byte piece of each of 32 rows (32 half-used sectors). Lane l looks up the block of the warp's key l once per tile; the lanes
+        // copying a key take it by shuffle (a lookup per chunk was the 43 ms experiment).
+        constexpr int kWarpKeys = kN / (Cfg::kProducerThreads / 32);
+        static_assert(kWarpKeys <= 32, "a lane per key for the lookups");
+        const int pl = pt % 32, key0 = (pt / 32) * kWarpKeys;
+        const int my_kabs = tile_start + key0 + pl % kWarpKeys;
+        const int my_block = my_kabs < key_hi ? table[my_kabs >> p.log2_block_size] : 0;
+        auto copy_rows = [&](auto dims, unsigned char* dst, const void* cache) {
+          constexpr int kDims = decltype(dims)::value, kC = kDims / 8;  // chunks per row
+          static_assert(kWarpKeys * kC % 32 == 0, "whole instructions per warp");
+#pragma unroll 4
+          for (int i = 0; i < kWarpKeys * kC / 32; ++i) {
+            const int idx = pl + 32 * i, kl = idx / kC, c = idx % kC;
+            const int block = __shfl_sync(0xffffffffu, my_block, kl);
+            const int kabs = tile_start + key0 + kl;
+            const bool valid = kabs < key_hi;
+            const int64_t off =
+                valid ? kv_chunk_offset(p.layout, block, kabs & (p.block_size - 1), it.kv_head, c,
+                                        p.block_size, p.num_kv_heads, kDims, 8)
+                      : 0;
+            cp_async_16(dst + sw128_offset(key0 + kl, c, kN), static_cast<const T*>(cache) + off,
+                        valid);
+          }
+        };
+        copy_rows(std::integral_constant<int, D>{}, dk, p.k_cache);
+        copy_rows(std::integral_constant<int, DV>{}, dv, p.v_cache);
+        mbarrier::arrive_on_cp_async(&full[st]);
+        continue;
       }
       const int kabs = tile_start + key;
       const bool valid = kabs < key_hi;
@@ -442,7 +478,8 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, kWide>::kThreads, 1)
 
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,
-                                      FlashConsumerMode mode, cudaStream_t stream) {
+                                      FlashConsumerMode mode, bool row_copies,
+                                      cudaStream_t stream) {
   static_assert(FlashPrefillConfig<D, DV>::kM == kFlashPrefillRows, "item rows");
   if (p.num_items == 0) return cudaSuccess;
   auto launch = [&](auto kernel, const FlashTensorMaps& m, auto cfg) {
@@ -466,6 +503,10 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
       return launch(flash_prefill_kernel<D, DV, T, false, true, true>, FlashTensorMaps{},
                     FlashPrefillConfig<D, DV, true>{});
     }
+  }
+  if (row_copies) {
+    return launch(flash_prefill_kernel<D, DV, T, false, false, false, true>, FlashTensorMaps{},
+                  Base{});
   }
   return launch(flash_prefill_kernel<D, DV, T, false>, FlashTensorMaps{}, Base{});
 }

@@ -188,7 +188,8 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, kWide>::kThreads, 1)
       if constexpr (kRows) {
         // Whole rows per warp (TRIPATH_FLASH_ROWS=1): a warp's lanes copy consecutive 16-byte
         // chunks of its kWarpKeys keys, so one instruction reads 2 rows at 128 dims (4 whole
-        // 128-byte lines) instead of a 16-byte piece of each of 32 rows (32 half-used sectors). Lane l looks up the block of the warp's key l once per tile; the lanes
+        // 128-byte lines) instead of a 16-byte piece of each of 32 rows (32 half-used
+        // sectors). Lane l looks up the block of the warp's key l once per tile; the lanes
         // copying a key take it by shuffle (a lookup per chunk was the 43 ms experiment).
         constexpr int kWarpKeys = kN / (Cfg::kProducerThreads / 32);
         static_assert(kWarpKeys <= 32, "a lane per key for the lookups");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -61,6 +62,24 @@ class DeviceMem {
 #endif
 
 // One request of a generated step.
+// Sets an environment variable for one scope (the backends read their opt-in variants, e.g.
+// TRIPATH_FLASH_TMA or TRIPATH_MLA_WGMMA, at creation).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, bool set, const char* value = "1") : name_(name), set_(set) {
+    if (set_) setenv(name_, value, 1);
+  }
+  ~ScopedEnv() {
+    if (set_) unsetenv(name_);
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool set_;
+};
+
 struct ReqShape {
   int32_t query_len;
   int32_t context_len;

@@ -299,22 +299,6 @@ std::vector<GpuCase> all_cases() {
   return out;
 }
 
-// Sets an environment variable for one scope (the backend reads TRIPATH_FLASH_TMA,
-// TRIPATH_EXTEND_GATHER and TRIPATH_FLASH_OVERLAP at creation).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, bool set, const char* value = "1") : name_(name), set_(set) {
-    if (set_) setenv(name_, value, 1);
-  }
-  ~ScopedEnv() {
-    if (set_) unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  bool set_;
-};
-
 std::string spec_name(int dim, DType q, DType kv) {
   return std::to_string(dim) + "/" + dtype_name(q) + "/" + dtype_name(kv);
 }

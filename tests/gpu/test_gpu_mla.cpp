@@ -31,6 +31,7 @@ struct MlaGpuCase {
   int64_t chunk_budget = 32768;
   int work_units = 0;  // 0: the GPU's SM count
   bool lse = true;
+  bool wgmma = false;  // mla with TRIPATH_MLA_WGMMA=1 (the Hopper decode kernel for 64-row steps)
   std::vector<ReqShape> reqs;
 };
 
@@ -307,6 +308,22 @@ std::vector<MlaGpuCase> all_cases() {
       add(c, "edge_tiny");
     }
   }
+  // The wgmma decode kernel (mla, TRIPATH_MLA_WGMMA=1) on every step shape with 64+ packed rows
+  // per request: 64 and 128 heads, block 64, one split (direct output), multi-token requests
+  // (16 heads x 4 tokens: the causal mask inside a block; 24 x 4 = 96 rows: a half-padded second
+  // block), mixed steps; an fp8 cache and 16-head steps, which keep the mma.sync kernel.
+  const std::vector<MlaGpuCase> base = out;
+  for (const char* name : {"decode_h64", "decode_h128", "decode_bs64_h128", "decode_one_split_h128",
+                           "threshold4_h16", "threshold4_h24", "threshold4_h128", "mixed_h128",
+                           "mixed_bs64_h64", "fp8_decode_h128", "decode_h16",
+                           "mixed_threshold4_h16"}) {
+    for (MlaGpuCase c : base) {
+      if (c.name != std::string("mla_") + name) continue;
+      c.wgmma = true;
+      c.name = std::string("mla_wgmma_") + name;
+      out.push_back(c);
+    }
+  }
   return out;
 }
 
@@ -321,7 +338,11 @@ TEST_P(GpuMlaTest, MatchesReference) {
                                       c.chunk_budget, c.work_units, seed);
   const MlaReference ref = run_reference(s);
 
-  auto backend = create_mla_backend(c.backend);
+  std::unique_ptr<MlaBackend> backend;
+  {
+    ScopedEnv wgmma("TRIPATH_MLA_WGMMA", c.wgmma);
+    backend = create_mla_backend(c.backend);
+  }
   MlaDevice d;
   upload(s, d);
   const MlaInputs in = make_inputs(s, Device::kCUDA, d.buffers(true, c.lse), DType::kBF16);
@@ -534,6 +555,26 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
 }
 
 // run() refuses an unprepared plan, another head count, and dtypes the GPU kernels lack.
+// TRIPATH_MLA_WGMMA takes unset, empty, 0 or 1: anything else is an error naming it.
+TEST(GpuMlaErrors, WgmmaVariable) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  for (const char* bad : {"2", "yes", "10"}) {
+    ScopedEnv env("TRIPATH_MLA_WGMMA", true, bad);
+    try {
+      create_mla_backend("mla");
+      ADD_FAILURE() << "TRIPATH_MLA_WGMMA=" << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("TRIPATH_MLA_WGMMA"), std::string::npos) << e.what();
+    }
+  }
+  for (const char* ok : {"0", "1", ""}) {
+    ScopedEnv env("TRIPATH_MLA_WGMMA", true, ok);
+    EXPECT_NO_THROW(create_mla_backend("mla")) << "TRIPATH_MLA_WGMMA=" << ok;
+  }
+#endif
+}
+
 TEST(GpuMlaErrors, UnpreparedPlanHeadsAndDtypes) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA

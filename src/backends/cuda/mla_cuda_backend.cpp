@@ -6,7 +6,9 @@
 // from the plan's split-KV partition (planned with num_kv_heads = 1: the latent is one KV head).
 //   mla_baseline: 16-row blocks, always partial states, then the merge kernel.
 //   mla: 16/32/64-row blocks (heads packed in M); a step whose requests all have one split
-//        writes the output directly, otherwise partial states and the merge kernel.
+//        writes the output directly, otherwise partial states and the merge kernel. With
+//        TRIPATH_MLA_WGMMA=1 (opt-in until measured), 64-row steps on a bf16 cache run the
+//        Hopper wgmma kernel (decode_wgmma.cuh) instead of the mma.sync one.
 // Extend and prefill (non-absorbed, q/k 192, v 128), in passes over a bounded workspace: every
 // request's keys are cut into pieces (context pieces of at most `chunk` tokens, then its own new
 // tokens in pieces of at most `chunk`), a pass takes at most one piece of each request up to
@@ -22,6 +24,7 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -125,7 +128,14 @@ struct Piece {
 
 class CudaMlaBackend final : public MlaBackend {
  public:
-  explicit CudaMlaBackend(MlaKind kind) : kind_(kind) {}
+  explicit CudaMlaBackend(MlaKind kind) : kind_(kind) {
+    // Read once, at creation: unset, empty or 0 off, 1 on, anything else an error.
+    const char* v = std::getenv("TRIPATH_MLA_WGMMA");
+    const std::string value = v != nullptr ? v : "";
+    TRIPATH_CHECK_ARG(value.empty() || value == "0" || value == "1", "TRIPATH_MLA_WGMMA",
+                      "'" + value + "'", "unset, 0 or 1");
+    wgmma_decode_ = kind_ == MlaKind::kPacked && value == "1";
+  }
   ~CudaMlaBackend() override {
     if (cublas_ != nullptr) cublasDestroy(cublas_);
   }
@@ -236,6 +246,10 @@ class CudaMlaBackend final : public MlaBackend {
     p.out_scale = cache_scale;
     if (kind_ == MlaKind::kBaseline) {
       TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_baseline(p, c.dtype, stream));
+    } else if (wgmma_decode_ && rows_per_block_ == kernels::kMlaWgmmaRows &&
+               c.dtype == DType::kBF16 && cuda_device_info().compute_capability == 90 &&
+               kernels::mla_decode_wgmma_built()) {
+      TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_wgmma(p, stream));
     } else {
       TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_packed(p, rows_per_block_, c.dtype, stream));
     }
@@ -518,6 +532,7 @@ class CudaMlaBackend final : public MlaBackend {
   int extend_rows() const { return flash_extend() ? kernels::kFlashPrefillRows : 64; }
 
   MlaKind kind_;
+  bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA=1
   DeviceArena arena_;
   DevicePlanOffsets offsets_;
   uint64_t prepared_serial_ = 0;

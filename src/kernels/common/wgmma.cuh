@@ -13,6 +13,16 @@
 
 #include "common/device_math.cuh"
 
+namespace tripath::kernels {
+
+// Byte offset of 16-byte chunk `c` of row `r` in a tile of `rows` rows stored as 64-element
+// panels with the 128-byte swizzle (chunk index XOR row % 8).
+__device__ __forceinline__ uint32_t sw128_offset(int r, int c, int rows) {
+  return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+}  // namespace tripath::kernels
+
 namespace tripath::kernels::wgmma {
 
 // 128-byte-swizzle descriptor: start address, leading / stride byte offsets (16-byte units).

@@ -24,6 +24,12 @@ int mla_decode_packed_rows(int rows_per_request);  // the block height for this 
 cudaError_t launch_mla_decode_packed(const MlaDecodeParams& p, int rows_per_block, DType cache,
                                      cudaStream_t stream);
 
+// Hopper wgmma absorbed decode (decode_wgmma.cuh): 64-row items, bf16 cache, sm_90a builds only
+// (mla_decode_wgmma_built); same outputs as the packed kernel.
+inline constexpr int kMlaWgmmaRows = 64;
+bool mla_decode_wgmma_built();
+cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, cudaStream_t stream);
+
 // Non-absorbed path: gather latent rows (+ k_pe broadcast into K), then merge partial states.
 cudaError_t launch_mla_gather(const MlaGatherParams& p, DType cache, cudaStream_t stream);
 cudaError_t launch_mla_merge_parts(const MlaMergePartsParams& p, cudaStream_t stream);

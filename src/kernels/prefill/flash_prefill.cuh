@@ -67,12 +67,6 @@ struct FlashPrefillConfig {
   static constexpr size_t kSmemBytes = 1024 + kBytesTiles + 8 * (2 * kStages + 1);
 };
 
-// Byte offset of 16-byte chunk `c` of row `r` in a tile of `rows` rows stored as 64-element
-// panels with the 128-byte swizzle (chunk index XOR row % 8).
-__device__ __forceinline__ uint32_t sw128_offset(int r, int c, int rows) {
-  return uint32_t((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
 template <int D, int DV, typename T, bool kTma, bool kOverlap = false, bool kWide = false,
           bool kRows = false>
 __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, kWide>::kThreads, 1)

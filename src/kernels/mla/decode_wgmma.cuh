@@ -1,0 +1,301 @@
+// MLA absorbed decode on Hopper tensor cores (wgmma), for 64 packed rows per block and a bf16
+// latent cache: the `mla` backend's kernel for 64+ rows per request (128 heads: 2 blocks per
+// split) when TRIPATH_MLA_WGMMA=1 (opt-in until measured against the mma.sync packed kernel).
+//
+// Same work items, semantics and outputs as decode_packed.cuh (final bf16 + natural LSE, or a
+// normalized f32 partial state and its LSE). Two warpgroups over the same 64 rows, FlashMLA's
+// division of labour: warpgroup 0 computes S = Q K^T over the 576 latent dims (wgmma m64n64k16,
+// both operands in shared memory), the online softmax, and O[:, 0:256] += P V from registers;
+// it hands P (as its register fragments) and the rescale factors through shared memory to
+// warpgroup 1, which computes O[:, 256:512] += P V. Each warpgroup then holds a 64 x 256 f32
+// accumulator (128 registers a thread), which is what makes a 512-wide value fit. The latent
+// tile serves as K (all 9 panels, K-major) and V (panels 0-7, MN-major) without a copy.
+// Loads: all 256 threads, cp.async into the 128-byte-swizzled panels, one tile ahead (two
+// 72 KB stages + 72 KB of Q: 227 KB, one block per SM), one block-table lookup per key per
+// tile, fetched a tile ahead. Built for sm_90a only (traps elsewhere; the backend checks).
+// Tests: tests/gpu/test_gpu_mla.cpp (`wgmma_*` cases).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/device_math.cuh"
+#include "common/wgmma.cuh"
+#include "mla/params.h"
+
+namespace tripath::kernels {
+
+struct MlaWgmmaConfig {
+  static constexpr int kM = 64;                     // packed rows per block
+  static constexpr int kN = 64;                     // keys per tile
+  static constexpr int kThreads = 256;              // two warpgroups
+  static constexpr int kChunks = kMlaEntry / 8;     // 72 16-byte chunks per latent row
+  static constexpr int kValueHalf = kMlaLatent / 2;  // value dims per warpgroup
+  static constexpr int kStages = 2;
+  static constexpr uint32_t kBytesQ = uint32_t(kM) * kMlaEntry * 2;
+  static constexpr uint32_t kBytesTile = uint32_t(kN) * kMlaEntry * 2;
+  static constexpr uint32_t kBytesP = 128 * (kN / 16) * 16;  // P fragments of warpgroup 0
+  static constexpr uint32_t kBytesStats = 128 * 16;          // a float4 per warpgroup-0 thread
+  // + 1024: the tiles start on a 1024-byte boundary (the swizzle period).
+  static constexpr size_t kSmemBytes =
+      1024 + kBytesQ + kStages * kBytesTile + kBytesP + kBytesStats;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
+};
+
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
+    mla_decode_wgmma_kernel(const __grid_constant__ MlaDecodeParams p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using Cfg = MlaWgmmaConfig;
+  constexpr int kM = Cfg::kM, kN = Cfg::kN, kRC = Cfg::kChunks, kHalf = Cfg::kValueHalf;
+  constexpr float kNegInf = -INFINITY;
+  using MmaS = wgmma::Mma<kN, bf16>;
+  using MmaO = wgmma::Mma<kHalf, bf16>;
+  constexpr int kBarP = 1;  // named barrier: P of this tile is in shared memory
+
+  extern __shared__ unsigned char smem_raw[];
+  const uint32_t raw_addr = smem_addr(smem_raw);
+  const uint32_t pad = ((raw_addr + 1023u) & ~1023u) - raw_addr;
+  unsigned char* sQ = smem_raw + pad;
+  unsigned char* sT = sQ + Cfg::kBytesQ;
+  uint4* sP = reinterpret_cast<uint4*>(sT + Cfg::kStages * Cfg::kBytesTile);  // [kN / 16][128]
+  float4* sStat = reinterpret_cast<float4*>(sP + (kN / 16) * 128);           // [128]
+  const uint32_t aQ = raw_addr + pad;
+  const uint32_t aT = aQ + Cfg::kBytesQ;
+
+  const MlaDecodeWorkItem it = p.items[blockIdx.x];
+  const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
+  const int H = p.num_heads;
+  const int tok0 = p.cu_seqlens_q[it.request];
+  const int rows = (p.cu_seqlens_q[it.request + 1] - tok0) * H;
+  const int row_end = min(it.row_begin + kM, rows);
+  const int ctx = p.context_lens[it.request];
+  const int key_lo = it.kv_begin;
+  const int key_hi = min(it.kv_end, ctx + (row_end - 1) / H + 1);
+  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+  const int64_t row0 = int64_t(tok0) * H + it.row_begin;  // global row of local row 0
+
+  // Q rows into the swizzled panels (rows past row_end zero-filled).
+  for (int idx = tid; idx < kM * kRC; idx += Cfg::kThreads) {
+    const int r = idx / kRC, c = idx % kRC;
+    const bool valid = it.row_begin + r < row_end;
+    const bf16* src = static_cast<const bf16*>(p.q) + (valid ? (row0 + r) * kMlaEntry + c * 8 : 0);
+    cp_async_16(sQ + sw128_offset(r, c, kM), src, valid);
+  }
+  // Tile loads: thread t copies key t / 4 of the tile, chunks t % 4 + 4 i; its block-table
+  // entry is looked up a tile ahead (next_base). Keys past key_hi are zero-filled (and masked).
+  constexpr int kTPK = Cfg::kThreads / kN;
+  static_assert(kRC % kTPK == 0, "whole chunks per thread");
+  const int my_key = tid / kTPK, my_part = tid % kTPK;
+  auto key_base = [&](int first) -> int64_t {
+    const int kabs = first + my_key;
+    if (kabs >= key_hi) return -1;
+    const int64_t row =
+        int64_t(table[kabs >> p.log2_block_size]) * p.block_size + (kabs & (p.block_size - 1));
+    return row * kMlaEntry;
+  };
+  auto load_tile = [&](int stage, int64_t base) {
+    unsigned char* dst = sT + stage * Cfg::kBytesTile;
+    const bf16* src = static_cast<const bf16*>(p.cache) + (base >= 0 ? base : 0);
+#pragma unroll
+    for (int i = 0; i < kRC / kTPK; ++i) {
+      const int c = my_part + kTPK * i;
+      cp_async_16(dst + sw128_offset(my_key, c, kN), src + c * 8, base >= 0);
+    }
+  };
+  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
+  if (num_tiles > 0) load_tile(0, key_base(key_lo));
+  cp_async_commit();  // Q and tile 0
+  int64_t next_base = key_base(key_lo + kN);
+
+  // This thread's two accumulator rows (the same in both warpgroups): 16 warp + lane / 4 + 8 i.
+  // limit: the last key the row may see (causal for multi-token requests; padding rows see all).
+  int limit[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int gr = it.row_begin + warp * 16 + lane / 4 + 8 * i;
+    limit[i] = gr < row_end ? min(key_hi - 1, ctx + gr / H) : key_hi - 1;
+  }
+  // The block's first row has the smallest limit: tiles wholly below it need no mask.
+  const int block_limit = min(key_hi - 1, ctx + it.row_begin / H);
+
+  float o[kHalf / 2];
+#pragma unroll
+  for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.0f;
+  float s[kN / 2];
+#pragma unroll
+  for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
+  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  uint32_t pa[kN / 16][4];
+  // Value panels of this warpgroup: 256 dims = 4 panels of 64, kN * 128 bytes apart.
+  const uint32_t v_panel0 = uint32_t(wg) * (kHalf / 64) * kN * 128;
+
+  for (int j = 0; j < num_tiles; ++j) {
+    const int st = j % Cfg::kStages;
+    const int tile_start = key_lo + j * kN;
+    cp_async_wait<0>();
+    __syncthreads();  // tile j (and Q) landed for all; tile j - 1 and P(j - 1) no longer read
+    wgmma::fence_proxy_async();
+    if (j + 1 < num_tiles) load_tile((j + 1) % Cfg::kStages, next_base);
+    cp_async_commit();
+    next_base = key_base(tile_start + 2 * kN);
+    const uint32_t a_tile = aT + st * Cfg::kBytesTile;
+
+    float alpha[2];
+    if (wg == 0) {
+      // S = Q K^T over 576 dims: 9 panels x 4 k-steps of 16 (32 bytes each).
+      wgmma::fence_operands(s);
+      wgmma::fence();
+#pragma unroll
+      for (int ks = 0; ks < kMlaEntry / 16; ++ks) {
+        const uint64_t da = wgmma::desc_sw128(aQ + (ks / 4) * kM * 128 + (ks % 4) * 32, 16, 1024);
+        const uint64_t db =
+            wgmma::desc_sw128(a_tile + (ks / 4) * kN * 128 + (ks % 4) * 32, 16, 1024);
+        MmaS::ss(s, da, db, ks > 0);
+      }
+      wgmma::commit();
+      wgmma::wait<0>();
+      wgmma::fence_operands(s);
+      // Base-2 logits; the mask only on tiles that reach past the block's smallest limit.
+#pragma unroll
+      for (int e = 0; e < kN / 2; ++e) s[e] *= p.scale_log2;
+      if (tile_start + kN - 1 > block_limit) {
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int key = tile_start + nt * 8 + (lane % 4) * 2 + (e % 2);
+            s[nt * 4 + e] = key <= limit[e / 2] ? s[nt * 4 + e] : kNegInf;
+          }
+        }
+      }
+      // Online softmax per row (a row with nothing visible yet keeps m = -inf and weight 0).
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mx = kNegInf;
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt)
+          mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * i], s[nt * 4 + 2 * i + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[i], mx);
+        const float base = m_new == kNegInf ? 0.0f : m_new;
+        alpha[i] = exp2f(m[i] - base);
+        m[i] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kN / 8; ++nt) {
+          s[nt * 4 + 2 * i] = exp2f(s[nt * 4 + 2 * i] - base);
+          s[nt * 4 + 2 * i + 1] = exp2f(s[nt * 4 + 2 * i + 1] - base);
+          sum += s[nt * 4 + 2 * i] + s[nt * 4 + 2 * i + 1];
+        }
+        l[i] = l[i] * alpha[i] + sum;
+      }
+      // P as the RS A operand (the accumulator layout is the A operand layout), handed to
+      // warpgroup 1 thread for thread: its thread wt holds the same rows.
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        pa[kk][0] = pack2<bf16>(s[8 * kk + 0], s[8 * kk + 1]);
+        pa[kk][1] = pack2<bf16>(s[8 * kk + 2], s[8 * kk + 3]);
+        pa[kk][2] = pack2<bf16>(s[8 * kk + 4], s[8 * kk + 5]);
+        pa[kk][3] = pack2<bf16>(s[8 * kk + 6], s[8 * kk + 7]);
+        sP[kk * 128 + wt] = make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
+      }
+      sStat[wt] = make_float4(alpha[0], alpha[1], 0.0f, 0.0f);
+      named_barrier_arrive(kBarP, Cfg::kThreads);
+    } else {
+      named_barrier_sync(kBarP, Cfg::kThreads);
+#pragma unroll
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        const uint4 v = sP[kk * 128 + wt];
+        pa[kk][0] = v.x;
+        pa[kk][1] = v.y;
+        pa[kk][2] = v.z;
+        pa[kk][3] = v.w;
+      }
+      const float4 a = sStat[wt];
+      alpha[0] = a.x;
+      alpha[1] = a.y;
+    }
+    // O = diag(alpha) O + P V over this warpgroup's 256 value dims (16 keys per step).
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int dn = 0; dn < kHalf / 8; ++dn) {
+        o[dn * 4 + 2 * i] *= alpha[i];
+        o[dn * 4 + 2 * i + 1] *= alpha[i];
+      }
+    }
+    wgmma::fence_operands(o);
+    wgmma::fence();
+#pragma unroll
+    for (int kk = 0; kk < kN / 16; ++kk) {
+      const uint64_t db = wgmma::desc_sw128(a_tile + v_panel0 + kk * 16 * 128, kN * 128, 1024);
+      MmaO::rs(o, pa[kk], db, 1);
+    }
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(o);
+  }
+  cp_async_wait<0>();
+
+  // Row statistics of warpgroup 0 to warpgroup 1 (the loop's last reads of sStat are done once
+  // every thread passes this barrier).
+  __syncthreads();
+  if (wg == 0) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+    sStat[wt] = make_float4(m[0], m[1], l[0], l[1]);
+  }
+  __syncthreads();
+  if (wg == 1) {
+    const float4 a = sStat[wt];
+    m[0] = a.x;
+    m[1] = a.y;
+    l[0] = a.z;
+    l[1] = a.w;
+  }
+
+  // Epilogue: o / l (times the cache scale), natural LSE; final or partial.
+  const int64_t part_rows = int64_t(p.num_tokens) * H;
+  const int d0 = wg * kHalf + (lane % 4) * 2;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int lr = warp * 16 + lane / 4 + 8 * i;
+    if (it.row_begin + lr >= row_end) continue;
+    const float inv = l[i] > 0.0f ? p.out_scale / l[i] : 0.0f;
+    const float lse = l[i] > 0.0f ? (m[i] + log2f(l[i])) * 0.6931471805599453f : kNegInf;
+    const int64_t grow = row0 + lr;
+    if (it.split < 0) {
+      bf16* dst = static_cast<bf16*>(p.out) + grow * kMlaLatent + d0;
+#pragma unroll
+      for (int dn = 0; dn < kHalf / 8; ++dn) {
+        *reinterpret_cast<uint32_t*>(dst + dn * 8) =
+            pack2<bf16>(o[dn * 4 + 2 * i] * inv, o[dn * 4 + 2 * i + 1] * inv);
+      }
+      if (wg == 0 && lane % 4 == 0 && p.lse != nullptr) p.lse[grow] = lse;
+    } else {
+      const int64_t prow = int64_t(it.split) * part_rows + grow;
+      float* dst = p.partial_out + prow * kMlaLatent + d0;
+#pragma unroll
+      for (int dn = 0; dn < kHalf / 8; ++dn) {
+        *reinterpret_cast<float2*>(dst + dn * 8) =
+            make_float2(o[dn * 4 + 2 * i] * inv, o[dn * 4 + 2 * i + 1] * inv);
+      }
+      if (wg == 0 && lane % 4 == 0) p.partial_lse[prow] = lse;
+    }
+  }
+#else
+  __trap();  // built without sm_90a: the backend never launches it there
+#endif
+}
+
+}  // namespace tripath::kernels

@@ -61,7 +61,6 @@ class DeviceMem {
 
 #endif
 
-// One request of a generated step.
 // Sets an environment variable for one scope (the backends read their opt-in variants, e.g.
 // TRIPATH_FLASH_TMA or TRIPATH_MLA_WGMMA, at creation).
 class ScopedEnv {
@@ -80,6 +79,7 @@ class ScopedEnv {
   bool set_;
 };
 
+// One request of a generated step.
 struct ReqShape {
   int32_t query_len;
   int32_t context_len;

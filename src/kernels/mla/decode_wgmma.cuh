@@ -139,8 +139,9 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
     const int st = j % Cfg::kStages;
     const int tile_start = key_lo + j * kN;
     cp_async_wait<0>();
-    __syncthreads();  // tile j (and Q) landed for all; tile j - 1 and P(j - 1) no longer read
-    wgmma::fence_proxy_async();
+    wgmma::fence_proxy_async();  // this thread's copies, to the async proxy (and again below,
+    __syncthreads();             // for everyone's): tile j and Q have landed for all threads;
+    wgmma::fence_proxy_async();  // tile j - 1 and P(j - 1) are no longer read
     if (j + 1 < num_tiles) load_tile((j + 1) % Cfg::kStages, next_base);
     cp_async_commit();
     next_base = key_base(tile_start + 2 * kN);

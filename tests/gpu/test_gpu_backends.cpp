@@ -29,8 +29,8 @@ struct GpuCase {
   int64_t chunk_budget = 32768;  // extend context tokens per chunk (three_path rounds)
   bool flash_tma = false;        // three_path with TRIPATH_FLASH_TMA=1 (TMA K/V loads)
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
-  int flash_overlap = 0;         // three_path with TRIPATH_FLASH_OVERLAP=1 (pipelined consumers)
-                                 // or 2 (also 128-key tiles, producer warpgroup)
+  int flash_overlap = 0;         // three_path with TRIPATH_FLASH_OVERLAP=1 (pipelined consumers),
+                                 // 2 (also 128-key tiles, producer warpgroup) or 3 (ping-pong)
   bool flash_rows = false;       // three_path with TRIPATH_FLASH_ROWS=1 (row-copy producers)
   std::vector<ReqShape> reqs;
 };
@@ -212,11 +212,11 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {1, 2}) {
+      for (int mode : {1, 2, 3}) {
         for (GpuCase t : tma) {
           t.flash_tma = false;
           t.flash_overlap = mode;
-          add(t, (mode == 1 ? "overlap_" : "wide_") + t.name);
+          add(t, (mode == 1 ? "overlap_" : mode == 2 ? "wide_" : "pingpong_") + t.name);
         }
       }
       // The row-copy producers (TRIPATH_FLASH_ROWS=1) on the same cases: every head dim
@@ -347,8 +347,8 @@ TEST_P(GpuBackendTest, MatchesReference) {
   {
     ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma);
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather);
-    ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", c.flash_overlap != 0,
-                      c.flash_overlap == 2 ? "2" : "1");
+    const std::string overlap_value = std::to_string(c.flash_overlap);
+    ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", c.flash_overlap != 0, overlap_value.c_str());
     ScopedEnv rows("TRIPATH_FLASH_ROWS", c.flash_rows);
     backend = create_attention_backend(c.backend);
   }
@@ -474,7 +474,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
 #ifdef TRIPATH_WITH_CUDA
   struct Bad { const char* name; const char* value; };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
-                      Bad{"TRIPATH_FLASH_OVERLAP", "3"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
+                      Bad{"TRIPATH_FLASH_OVERLAP", "4"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_FLASH_ROWS", "2"}}) {
     ScopedEnv env(b.name, true, b.value);
     try {

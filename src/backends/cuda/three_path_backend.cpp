@@ -64,7 +64,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //   TRIPATH_FLASH_TMA=1: the flash kernel loads K/V tiles with TMA box copies, not cp.async.
   //   TRIPATH_FLASH_OVERLAP=1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
   //     order; =2: the same with 128-key tiles and a producer warpgroup that hands its
-  //     registers to the consumers.
+  //     registers to the consumers; =3: the same order, the two consumer warpgroups taking
+  //     turns at the tensor cores (FA3's ping-pong).
   //   TRIPATH_FLASH_ROWS=1: its cp.async producers copy whole K/V rows per warp instruction
   //     (serial loop, no TMA; ignored with the other two).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
@@ -79,9 +80,10 @@ class ThreePathBackend final : public CudaAttentionBackend {
       return value;
     };
     flash_tma_ = env("TRIPATH_FLASH_TMA", 1, "unset, 0 or 1") == "1";
-    const std::string mode = env("TRIPATH_FLASH_OVERLAP", 2, "unset, 0, 1 or 2");
+    const std::string mode = env("TRIPATH_FLASH_OVERLAP", 3, "unset, 0, 1, 2 or 3");
     flash_mode_ = mode == "1"   ? kernels::FlashConsumerMode::kOverlap
                   : mode == "2" ? kernels::FlashConsumerMode::kWide
+                  : mode == "3" ? kernels::FlashConsumerMode::kPingPong
                                 : kernels::FlashConsumerMode::kSerial;
     flash_rows_ = env("TRIPATH_FLASH_ROWS", 1, "unset, 0 or 1") == "1";
     extend_gather_ = env("TRIPATH_EXTEND_GATHER", 1, "unset, 0 or 1") == "1";

@@ -24,6 +24,14 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(src_bytes));
 }
+// Named barriers 1..15 (0 is __syncthreads) over `threads` threads, a multiple of 32: some
+// threads arrive (signal and go on), the others sync (wait for all `threads` arrivals).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

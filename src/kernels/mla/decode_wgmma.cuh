@@ -41,13 +41,6 @@ struct MlaWgmmaConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
     mla_decode_wgmma_kernel(const __grid_constant__ MlaDecodeParams p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -67,13 +67,17 @@ struct FlashPrefillConfig {
   static constexpr size_t kSmemBytes = 1024 + kBytesTiles + 8 * (2 * kStages + 1);
 };
 
-template <int D, int DV, typename T, bool kTma, bool kOverlap = false, bool kWide = false,
-          bool kRows = false>
-__global__ void __launch_bounds__(FlashPrefillConfig<D, DV, kWide>::kThreads, 1)
+template <int D, int DV, typename T, bool kTma,
+          FlashConsumerMode kMode = FlashConsumerMode::kSerial, bool kRows = false>
+__global__ void __launch_bounds__(
+    FlashPrefillConfig<D, DV, kMode == FlashConsumerMode::kWide>::kThreads, 1)
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  static_assert(!kWide || (kOverlap && !kTma), "wide tiles come with the overlapped loop");
+  constexpr bool kOverlap = kMode != FlashConsumerMode::kSerial;
+  constexpr bool kWide = kMode == FlashConsumerMode::kWide;
+  constexpr bool kPingPong = kMode == FlashConsumerMode::kPingPong;
+  static_assert(!kOverlap || !kTma, "the overlapped loops come with cp.async loads");
   static_assert(!kRows || !kTma, "row copies are a cp.async producer");
   using Cfg = FlashPrefillConfig<D, DV, kWide>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
@@ -402,12 +406,38 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, kWide>::kThreads, 1)
       rescale_o(alpha);
       pack_p(s);
     }
+    // kPingPong (FA3's warpgroup scheduling): the two warpgroups take turns issuing their pair
+    // of GEMMs, so one's softmax runs under the other's GEMMs instead of both contending for
+    // the tensor cores at once and then both leaving them idle. Named barrier 2 + w is
+    // warpgroup w's turn: it waits there before issuing and then gives the turn to the other.
+    // Warpgroup 1 gives warpgroup 0 the first turn, and warpgroup 0 takes one extra turn after
+    // the loop, so every barrier sees as many arrivals as waits.
+    // (Literal barrier ids at each call: ptxas reserves all 16 barriers for a runtime id.)
+    auto my_turn = [&] {
+      if (wg == 0) {
+        named_barrier_sync(2, Cfg::kConsumerThreads);
+      } else {
+        named_barrier_sync(3, Cfg::kConsumerThreads);
+      }
+    };
+    auto other_turn = [&] {
+      if (wg == 0) {
+        named_barrier_arrive(3, Cfg::kConsumerThreads);
+      } else {
+        named_barrier_arrive(2, Cfg::kConsumerThreads);
+      }
+    };
+    if constexpr (kPingPong) {
+      if (wg == 1) named_barrier_arrive(2, Cfg::kConsumerThreads);
+    }
     // Every tile but the last has a successor; the last is peeled off so the control flow has
     // no `has next` branches for ptxas to pair up wrongly (it serialized the wgmmas then).
     for (int j = 0; j + 1 < num_tiles; ++j) {
       wait_stage(j + 1);
+      if constexpr (kPingPong) my_turn();
       issue_s((j + 1) % kStages, s);
       issue_pv(j % kStages);
+      if constexpr (kPingPong) other_turn();
       wgmma::wait<1>();  // S(j + 1) has retired; P V(j) may still run
       wgmma::fence_operands(s);
       scores(j + 1, s, alpha);
@@ -421,6 +451,9 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, kWide>::kThreads, 1)
       issue_pv((num_tiles - 1) % kStages);
       wgmma::wait<0>();
       wgmma::fence_operands(o);
+    }
+    if constexpr (kPingPong) {
+      if (wg == 0) named_barrier_sync(2, Cfg::kConsumerThreads);
     }
   }
 
@@ -491,17 +524,22 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
   // The overlapped loops: built for D = DV <= 128 only (D = 256 already runs out of registers,
   // and MLA's 192 / 128 keeps the measured loop).
   if constexpr (D == DV && D <= 128) {
-    if (mode == FlashConsumerMode::kOverlap) {
-      return launch(flash_prefill_kernel<D, DV, T, false, true>, FlashTensorMaps{}, Base{});
+    using M = FlashConsumerMode;
+    if (mode == M::kOverlap) {
+      return launch(flash_prefill_kernel<D, DV, T, false, M::kOverlap>, FlashTensorMaps{}, Base{});
     }
-    if (mode == FlashConsumerMode::kWide) {
-      return launch(flash_prefill_kernel<D, DV, T, false, true, true>, FlashTensorMaps{},
+    if (mode == M::kPingPong) {
+      return launch(flash_prefill_kernel<D, DV, T, false, M::kPingPong>, FlashTensorMaps{},
+                    Base{});
+    }
+    if (mode == M::kWide) {
+      return launch(flash_prefill_kernel<D, DV, T, false, M::kWide>, FlashTensorMaps{},
                     FlashPrefillConfig<D, DV, true>{});
     }
   }
   if (row_copies) {
-    return launch(flash_prefill_kernel<D, DV, T, false, false, false, true>, FlashTensorMaps{},
-                  Base{});
+    return launch(flash_prefill_kernel<D, DV, T, false, FlashConsumerMode::kSerial, true>,
+                  FlashTensorMaps{}, Base{});
   }
   return launch(flash_prefill_kernel<D, DV, T, false>, FlashTensorMaps{}, Base{});
 }

@@ -27,8 +27,9 @@ struct FlashTensorMaps {
 
 // The flash kernel's consumer loop: kSerial (measured, the default), kOverlap (FA3's order
 // inside a warpgroup), kWide (kOverlap with 128-key tiles and a producer warpgroup that hands
-// its registers to the consumers). The last two apply to head dims <= 128 with cp.async loads.
-enum class FlashConsumerMode : int { kSerial = 0, kOverlap = 1, kWide = 2 };
+// its registers to the consumers), kPingPong (kOverlap with the two consumer warpgroups taking
+// turns at the tensor cores). All but kSerial apply to head dims <= 128 with cp.async loads.
+enum class FlashConsumerMode : int { kSerial = 0, kOverlap = 1, kWide = 2, kPingPong = 3 };
 
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,

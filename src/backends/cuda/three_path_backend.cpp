@@ -24,6 +24,7 @@
 #include "cuda_util.h"
 #include "device_info.h"
 #include "extend_gather.h"
+#include "tensor_map_cache.h"
 #include "decode/launch.h"
 #include "merge/merge_states.h"
 #include "prefill/launch.h"
@@ -176,16 +177,15 @@ class ThreePathBackend final : public CudaAttentionBackend {
     const bool gather = extend_gather_ && gather_bytes_ > 0;
     if (flash && flash_tma_) {
       const KvCacheConfig& c = in.cache.config;
-      if (kernels::make_flash_tensor_maps(in.cache.k.data, in.cache.v.data,
-                                          static_cast<int>(c.layout), c.num_blocks, c.block_size,
-                                          c.num_kv_heads, c.head_dim, in.q.dtype, &maps_)) {
+      if (tensor_maps_.get(in.cache.k.data, in.cache.v.data, static_cast<int>(c.layout),
+                           c.num_blocks, c.block_size, c.num_kv_heads, c.head_dim, in.q.dtype,
+                           &maps_)) {
         maps = &maps_;
       }
       char* ws = gather_workspace_.as<char>();
-      if (gather && kernels::make_flash_tensor_maps(
-                        ws, ws + gather_.v_offset(), static_cast<int>(c.layout),
-                        gather_.capacity_blocks(), kernels::kGatherBlockSize, c.num_kv_heads,
-                        c.head_dim, in.q.dtype, &gather_maps_)) {
+      if (gather && tensor_maps_.get(ws, ws + gather_.v_offset(), static_cast<int>(c.layout),
+                                     gather_.capacity_blocks(), kernels::kGatherBlockSize,
+                                     c.num_kv_heads, c.head_dim, in.q.dtype, &gather_maps_)) {
         gather_maps = &gather_maps_;
       }
     }
@@ -337,6 +337,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   bool flash_tma_ = false;
   kernels::FlashConsumerMode flash_mode_ = kernels::FlashConsumerMode::kSerial;
   bool flash_rows_ = false;
+  TensorMapCache tensor_maps_;  // encoded once per cache (TRIPATH_FLASH_TMA=1)
   kernels::FlashTensorMaps maps_{};
   bool extend_gather_ = false;  // TRIPATH_EXTEND_GATHER=1
   ExtendGather gather_;

@@ -68,7 +68,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     registers to the consumers; =3: the same order, the two consumer warpgroups taking
   //     turns at the tensor cores (FA3's ping-pong).
   //   TRIPATH_FLASH_ROWS=1: its cp.async producers copy whole K/V rows per warp instruction
-  //     (serial loop, no TMA; ignored with the other two).
+  //     (serial loop, no TMA; ignored with TMA or an overlapped loop).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   Unset, empty or 0: off. Any other value is an error naming the variable.
   ThreePathBackend() {

@@ -15,10 +15,13 @@
 //       masks only on tiles that need them);
 //       O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
 //       operand layout) and V MN-major from shared memory.
-//     kOverlap (three_path's TRIPATH_FLASH_OVERLAP=1, experimental until measured): FA3's order
-//     inside a warpgroup, S(j + 1) and P V(j) issued back to back and softmax(j + 1) under P V(j).
+//     Other consumer modes (FlashConsumerMode, three_path's TRIPATH_FLASH_OVERLAP; measured
+//     slower or not yet measured, so opt-in): kOverlap (=1), FA3's order inside a warpgroup,
+//     S(j + 1) and P V(j) issued back to back and softmax(j + 1) under P V(j); kWide (=2), the
+//     same with 128-key tiles and a producer warpgroup that hands its registers over
+//     (setmaxnreg); kPingPong (=3), kOverlap with the two warpgroups taking turns at issuing.
 // K/V loads: by default 64 producer threads gather each tile with cp.async (one block-table
-// lookup per key). With tensor maps (kTma, three_path's TRIPATH_FLASH_TMA=1, experimental until
+// lookup per key); kRows (TRIPATH_FLASH_ROWS=1) has each warp copy whole rows instead. With tensor maps (kTma, three_path's TRIPATH_FLASH_TMA=1, experimental until
 // measured) one thread issues a TMA box copy per (cache block, 64-wide panel); on the tiled
 // layout the copy lands already swizzled, since its 16-byte chunks are XORed by slot in memory. Items with split >= 0 write normalized partial
 // states (merged by merge_states, which applies sinks); others write the final output, sinks

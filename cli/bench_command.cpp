@@ -566,7 +566,8 @@ int run_bench(const std::vector<std::string>& args) {
       fixed(o.scale, 6) + ", requests x" + fixed(std::sqrt(o.scale), 4) + "), dtype " + o.dtype +
       ", layout " + o.layout + ", block " + std::to_string(o.block_size) + ", seed " +
       std::to_string(o.seed) + ", warm-up " + std::to_string(o.warmup) + ", median of " +
-      std::to_string(o.repeats) + ", timer " + timer_name + (o.verify ? ", verify" : "") + "\n";
+      std::to_string(o.repeats) + ", timer " + timer_name + (o.verify ? ", verify" : "") + "\n" +
+      variants_text();
   // With the JSON report on stdout, the human-readable output moves to stderr.
   std::ostream& text = o.json_path == "-" ? std::cerr : std::cout;
   text << header << std::flush;
@@ -602,6 +603,7 @@ int run_bench(const std::vector<std::string>& args) {
     doc["commit"] = git_commit();
     doc["machine"] = machine_json(info);
     doc["build"] = build_info_json(info);
+    doc["variants"] = variants_json();
     doc["settings"] = {{"scale", o.scale},
                        {"length_scale", o.scale},
                        {"request_scale", std::sqrt(o.scale)},

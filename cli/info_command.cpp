@@ -84,6 +84,7 @@ int run_info(const std::vector<std::string>& args) {
     doc["commit"] = git_commit();
     doc["build"] = build_info_json(info);
     doc["machine"] = machine_json(info);
+    doc["variants"] = variants_json();
     doc["backends"] = nlohmann::json::array();
     for (const BackendInfo& b : backends) {
       doc["backends"].push_back({{"name", b.name},
@@ -130,6 +131,12 @@ int run_info(const std::vector<std::string>& args) {
             << " -> " << selection_text(env_mha) << "\n"
             << "  TRIPATH_MLA_BACKEND  " << (raw_mla ? std::string("=") + raw_mla : "unset")
             << " -> " << selection_text(env_mla) << "\n";
+  std::cout << "\nkernel variants (opt-in; read when a backend is created):\n";
+  for (const VariantVariable& v : variant_variables()) {
+    std::cout << "  " << std::left << std::setw(23) << v.name
+              << std::setw(8) << (v.value.empty() ? "unset" : "=" + v.value) << v.backend << ": "
+              << v.meaning << "\n";
+  }
   return 0;
 }
 

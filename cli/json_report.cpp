@@ -46,6 +46,22 @@ std::string gpu_text(const BuildInfo& info) {
          std::to_string(info.gpu_memory_bytes >> 30) + " GiB)";
 }
 
+nlohmann::json variants_json() {
+  nlohmann::json j = nlohmann::json::object();
+  for (const VariantVariable& v : variant_variables()) {
+    if (!v.value.empty()) j[v.name] = v.value;
+  }
+  return j;
+}
+
+std::string variants_text() {
+  std::string text;
+  for (const VariantVariable& v : variant_variables()) {
+    if (!v.value.empty()) text += (text.empty() ? "variants: " : ", ") + v.name + "=" + v.value;
+  }
+  return text.empty() ? text : text + "\n";
+}
+
 nlohmann::json build_info_json(const BuildInfo& info) {
   nlohmann::json j;
   j["version"] = info.version;

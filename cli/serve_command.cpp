@@ -288,6 +288,7 @@ int run_serve(const std::vector<std::string>& args) {
     doc["commit"] = git_commit();
     doc["machine"] = machine_json(info);
     doc["build"] = build_info_json(info);
+    doc["variants"] = variants_json();
     doc["settings"] = {{"traces", traces},
                        {"isl", o.isl},
                        {"osl", o.osl},

@@ -82,6 +82,17 @@ std::string backend_from_env(bool mla);
 std::unique_ptr<AttentionBackend> create_attention_backend(std::string_view name);
 std::unique_ptr<MlaBackend> create_mla_backend(std::string_view name);
 
+// The environment variables that select a GPU backend's opt-in kernel variants (read when the
+// backend is created), with what each does and its value now (empty: unset). Reports record
+// them so a figure says which kernels produced it.
+struct VariantVariable {
+  std::string name;
+  std::string backend;  // the backend that reads it
+  std::string meaning;
+  std::string value;
+};
+std::vector<VariantVariable> variant_variables();
+
 struct BuildInfo {
   std::string version;
   bool with_cuda = false;

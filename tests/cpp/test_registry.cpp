@@ -360,4 +360,23 @@ TEST(PublicEntry, MergeStatesOnCpuIsTheReference) {
   }
 }
 
+// The kernel-variant variables every report records: all five listed with their backend, and
+// the value taken from the environment now.
+TEST(Registry, VariantVariablesListedWithTheirValues) {
+  ScopedEnv rows("TRIPATH_FLASH_ROWS", "1");
+  ScopedEnv tma("TRIPATH_FLASH_TMA", nullptr);
+  const std::vector<tripath::VariantVariable> vars = tripath::variant_variables();
+  std::vector<std::string> names;
+  for (const tripath::VariantVariable& v : vars) {
+    names.push_back(v.name);
+    EXPECT_FALSE(v.backend.empty()) << v.name;
+    EXPECT_FALSE(v.meaning.empty()) << v.name;
+    if (v.name == "TRIPATH_FLASH_ROWS") EXPECT_EQ(v.value, "1");
+    if (v.name == "TRIPATH_FLASH_TMA") EXPECT_EQ(v.value, "");
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP",
+                                              "TRIPATH_FLASH_ROWS", "TRIPATH_EXTEND_GATHER",
+                                              "TRIPATH_MLA_WGMMA"}));
+}
+
 }  // namespace

@@ -113,21 +113,6 @@ std::unique_ptr<AttentionBackend> create_attention_backend(std::string_view name
   throw Error("tripath: attention backend '" + resolved + "' has no implementation in this build");
 }
 
-std::vector<VariantVariable> variant_variables() {
-  std::vector<VariantVariable> out = {
-      {"TRIPATH_FLASH_TMA", "three_path", "1: flash K/V tiles by TMA box copies", ""},
-      {"TRIPATH_FLASH_OVERLAP", "three_path",
-       "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong", ""},
-      {"TRIPATH_FLASH_ROWS", "three_path", "1: flash producers copy whole K/V rows", ""},
-      {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", ""},
-      {"TRIPATH_MLA_WGMMA", "mla", "1: wgmma decode kernel for 64-row steps, bf16 cache", ""}};
-  for (VariantVariable& v : out) {
-    const char* value = std::getenv(v.name.c_str());
-    if (value != nullptr) v.value = value;
-  }
-  return out;
-}
-
 std::unique_ptr<MlaBackend> create_mla_backend(std::string_view name) {
   const std::string resolved = resolve_backend(name, true);
   if (resolved == "reference") return make_reference_mla_backend();

@@ -371,12 +371,53 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
     names.push_back(v.name);
     EXPECT_FALSE(v.backend.empty()) << v.name;
     EXPECT_FALSE(v.meaning.empty()) << v.name;
-    if (v.name == "TRIPATH_FLASH_ROWS") EXPECT_EQ(v.value, "1");
-    if (v.name == "TRIPATH_FLASH_TMA") EXPECT_EQ(v.value, "");
+    if (v.name == "TRIPATH_FLASH_ROWS") {
+      EXPECT_EQ(v.value, "1");
+    }
+    if (v.name == "TRIPATH_FLASH_TMA") {
+      EXPECT_EQ(v.value, "");
+    }
   }
   EXPECT_EQ(names, (std::vector<std::string>{"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP",
                                               "TRIPATH_FLASH_ROWS", "TRIPATH_EXTEND_GATHER",
                                               "TRIPATH_MLA_WGMMA"}));
+}
+
+// read_variant, the parser the GPU backends use at creation: unset / empty -> 0, a digit up to
+// the variable's maximum, anything else an error naming the variable and the accepted values.
+TEST(Registry, ReadVariantParsesAndRejects) {
+  {
+    ScopedEnv unset("TRIPATH_FLASH_OVERLAP", nullptr);
+    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 0);
+  }
+  {
+    ScopedEnv empty("TRIPATH_FLASH_OVERLAP", "");
+    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 0);
+  }
+  for (const char* good : {"0", "1", "2", "3"}) {
+    ScopedEnv env("TRIPATH_FLASH_OVERLAP", good);
+    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), good[0] - '0');
+  }
+  struct Bad {
+    const char* name;
+    const char* value;
+    const char* expected;
+  };
+  for (const Bad& b : {Bad{"TRIPATH_FLASH_OVERLAP", "4", "unset, 0, 1, 2 or 3"},
+                       Bad{"TRIPATH_FLASH_OVERLAP", "12", "unset, 0, 1, 2 or 3"},
+                       Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0 or 1"},
+                       Bad{"TRIPATH_FLASH_ROWS", "2", "unset, 0 or 1"}}) {
+    ScopedEnv env(b.name, b.value);
+    try {
+      tripath::read_variant(b.name);
+      ADD_FAILURE() << b.name << "=" << b.value << " was accepted";
+    } catch (const tripath::Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(b.name), std::string::npos) << what;
+      EXPECT_NE(what.find(b.expected), std::string::npos) << what;
+    }
+  }
+  EXPECT_THROW(tripath::read_variant("TRIPATH_NOT_A_VARIANT"), tripath::Error);
 }
 
 }  // namespace

@@ -129,12 +129,8 @@ struct Piece {
 class CudaMlaBackend final : public MlaBackend {
  public:
   explicit CudaMlaBackend(MlaKind kind) : kind_(kind) {
-    // Read once, at creation: unset, empty or 0 off, 1 on, anything else an error.
-    const char* v = std::getenv("TRIPATH_MLA_WGMMA");
-    const std::string value = v != nullptr ? v : "";
-    TRIPATH_CHECK_ARG(value.empty() || value == "0" || value == "1", "TRIPATH_MLA_WGMMA",
-                      "'" + value + "'", "unset, 0 or 1");
-    wgmma_decode_ = kind_ == MlaKind::kPacked && value == "1";
+    // Read once, at creation (read_variant: anything but unset, 0 or 1 is an error).
+    wgmma_decode_ = read_variant("TRIPATH_MLA_WGMMA") == 1 && kind_ == MlaKind::kPacked;
   }
   ~CudaMlaBackend() override {
     if (cublas_ != nullptr) cublasDestroy(cublas_);

@@ -70,24 +70,13 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //   TRIPATH_FLASH_ROWS=1: its cp.async producers copy whole K/V rows per warp instruction
   //     (serial loop, no TMA; ignored with TMA or an overlapped loop).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
-  //   Unset, empty or 0: off. Any other value is an error naming the variable.
+  //   Unset, empty or 0: off. Any other value is an error naming the variable (read_variant).
   ThreePathBackend() {
-    auto env = [](const char* name, int max, const char* expected) {
-      const char* v = std::getenv(name);
-      const std::string value = v != nullptr ? v : "";
-      TRIPATH_CHECK_ARG(value.empty() || (value.size() == 1 && value[0] >= '0' &&
-                                          value[0] <= '0' + max),
-                        name, "'" + value + "'", expected);
-      return value;
-    };
-    flash_tma_ = env("TRIPATH_FLASH_TMA", 1, "unset, 0 or 1") == "1";
-    const std::string mode = env("TRIPATH_FLASH_OVERLAP", 3, "unset, 0, 1, 2 or 3");
-    flash_mode_ = mode == "1"   ? kernels::FlashConsumerMode::kOverlap
-                  : mode == "2" ? kernels::FlashConsumerMode::kWide
-                  : mode == "3" ? kernels::FlashConsumerMode::kPingPong
-                                : kernels::FlashConsumerMode::kSerial;
-    flash_rows_ = env("TRIPATH_FLASH_ROWS", 1, "unset, 0 or 1") == "1";
-    extend_gather_ = env("TRIPATH_EXTEND_GATHER", 1, "unset, 0 or 1") == "1";
+    flash_tma_ = read_variant("TRIPATH_FLASH_TMA") == 1;
+    // FlashConsumerMode's values are the variable's: 0 serial, 1 overlap, 2 wide, 3 ping-pong.
+    flash_mode_ = static_cast<kernels::FlashConsumerMode>(read_variant("TRIPATH_FLASH_OVERLAP"));
+    flash_rows_ = read_variant("TRIPATH_FLASH_ROWS") == 1;
+    extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }

@@ -1,0 +1,47 @@
+// The kernel-variant variables: one list (what each does, which backend reads it, the values it
+// takes) for the backends that read them (read_variant: one parser, one error), `tripath info`
+// and the reports that record them.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tripath/backend.h"
+#include "tripath/error.h"
+
+namespace tripath {
+
+std::vector<VariantVariable> variant_variables() {
+  std::vector<VariantVariable> out = {
+      {"TRIPATH_FLASH_TMA", "three_path", "1: flash K/V tiles by TMA box copies", 1, ""},
+      {"TRIPATH_FLASH_OVERLAP", "three_path",
+       "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong", 3,
+       ""},
+      {"TRIPATH_FLASH_ROWS", "three_path", "1: flash producers copy whole K/V rows", 1, ""},
+      {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
+       ""},
+      {"TRIPATH_MLA_WGMMA", "mla", "1: wgmma decode kernel for 64-row steps, bf16 cache", 1, ""}};
+  for (VariantVariable& v : out) {
+    const char* value = std::getenv(v.name.c_str());
+    if (value != nullptr) v.value = value;
+  }
+  return out;
+}
+
+int read_variant(std::string_view name) {
+  for (const VariantVariable& v : variant_variables()) {
+    if (v.name != name) continue;
+    std::string expected = "unset";
+    for (int d = 0; d <= v.max_value; ++d) {
+      expected += d == v.max_value ? " or " : ", ";
+      expected += std::to_string(d);
+    }
+    const bool ok = v.value.empty() || (v.value.size() == 1 && v.value[0] >= '0' &&
+                                        v.value[0] <= '0' + v.max_value);
+    TRIPATH_CHECK_ARG(ok, v.name, "'" + v.value + "'", expected);
+    return v.value.empty() ? 0 : v.value[0] - '0';
+  }
+  TRIPATH_CHECK_ARG(false, "variant variable", std::string(name), "one of variant_variables()");
+  return 0;
+}
+
+}  // namespace tripath

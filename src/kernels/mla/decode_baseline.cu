@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "common/device_math.cuh"
+#include "mla/decode_item.cuh"
 #include "mla/mla.h"
 
 namespace tripath::kernels {
@@ -59,19 +60,13 @@ __global__ void __launch_bounds__(128)
   const MlaDecodeWorkItem it = p.items[blockIdx.x];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int H = p.num_heads;
-  const int tok0 = p.cu_seqlens_q[it.request];
-  const int rows = (p.cu_seqlens_q[it.request + 1] - tok0) * H;
-  const int row_end = min(it.row_begin + kRows, rows);
-  const int ctx = p.context_lens[it.request];
-  const int key_lo = it.kv_begin;
-  const int key_hi = min(it.kv_end, ctx + (row_end - 1) / H + 1);
-  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
-  const int64_t row0 = int64_t(tok0) * H + it.row_begin;  // global row of local row 0
+  const MlaItemSpan span = mla_item_span(p, it, kRows);
 
   for (int idx = tid; idx < kRows * kChunks; idx += Cfg::kThreads) {
     const int r = idx / kChunks, c = idx % kChunks;
-    const bool valid = it.row_begin + r < row_end;
-    const bf16* src = static_cast<const bf16*>(p.q) + (valid ? (row0 + r) * kMlaEntry + c * 8 : 0);
+    const bool valid = it.row_begin + r < span.row_end;
+    const bf16* src =
+        static_cast<const bf16*>(p.q) + (valid ? (span.row0 + r) * kMlaEntry + c * 8 : 0);
     cp_async_16(sQ + r * kStride + c * 8, src, valid);
   }
   cp_async_commit();
@@ -85,41 +80,29 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int gr = it.row_begin + lane / 4 + 8 * i;
-    limit[i] = gr < row_end ? min(key_hi - 1, ctx + gr / H) : -1;
+    limit[i] = gr < span.row_end ? min(span.key_hi - 1, span.ctx + gr / H) : -1;
   }
 
   float o[16][4];
 #pragma unroll
   for (int dn = 0; dn < 16; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
 
-  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
+  const int num_tiles = span.key_hi > span.key_lo ? (span.key_hi - span.key_lo + kN - 1) / kN : 0;
   for (int j = 0; j < num_tiles; ++j) {
-    const int tile_start = key_lo + j * kN;
+    const int tile_start = span.key_lo + j * kN;
     if constexpr (Cfg::kFp8) {
       for (int idx = tid; idx < kN * (kMlaEntry / 16); idx += Cfg::kThreads) {
         const int key = idx / (kMlaEntry / 16), c = idx % (kMlaEntry / 16), kabs = tile_start + key;
-        const bool valid = kabs < key_hi;
-        int64_t off = 0;
-        if (valid) {
-          off = (int64_t(table[kabs >> p.log2_block_size]) * p.block_size +
-                 (kabs & (p.block_size - 1))) *
-                    kMlaEntry +
-                c * 16;
-        }
+        const bool valid = kabs < span.key_hi;
+        const int64_t off = valid ? mla_latent_offset(p, span, kabs) + c * 16 : 0;
         cp_async_16(sRaw + key * kMlaEntry + c * 16, static_cast<const uint8_t*>(p.cache) + off,
                     valid);
       }
     } else {
       for (int idx = tid; idx < kN * kChunks; idx += Cfg::kThreads) {
         const int key = idx / kChunks, c = idx % kChunks, kabs = tile_start + key;
-        const bool valid = kabs < key_hi;
-        int64_t off = 0;
-        if (valid) {
-          off = (int64_t(table[kabs >> p.log2_block_size]) * p.block_size +
-                 (kabs & (p.block_size - 1))) *
-                    kMlaEntry +
-                c * 8;
-        }
+        const bool valid = kabs < span.key_hi;
+        const int64_t off = valid ? mla_latent_offset(p, span, kabs) + c * 8 : 0;
         cp_async_16(sK + key * kStride + c * 8, static_cast<const bf16*>(p.cache) + off, valid);
       }
     }
@@ -211,10 +194,10 @@ __global__ void __launch_bounds__(128)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int lr = lane / 4 + 8 * i;
-    if (it.row_begin + lr >= row_end) continue;
+    if (it.row_begin + lr >= span.row_end) continue;
     const float l = sL[lr];
     const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
-    const int64_t prow = int64_t(it.split) * part_rows + row0 + lr;
+    const int64_t prow = int64_t(it.split) * part_rows + span.row0 + lr;
     float* dst = p.partial_out + prow * kMlaLatent + warp * 128 + (lane % 4) * 2;
 #pragma unroll
     for (int dn = 0; dn < 16; ++dn) {

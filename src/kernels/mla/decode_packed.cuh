@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "common/device_math.cuh"
+#include "mla/decode_item.cuh"
 #include "mla/params.h"
 
 namespace tripath::kernels {
@@ -99,20 +100,14 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   const MlaDecodeWorkItem it = p.items[blockIdx.x];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int H = p.num_heads;
-  const int tok0 = p.cu_seqlens_q[it.request];
-  const int rows = (p.cu_seqlens_q[it.request + 1] - tok0) * H;
-  const int row_end = min(it.row_begin + kM, rows);
-  const int ctx = p.context_lens[it.request];
-  const int key_lo = it.kv_begin;
-  const int key_hi = min(it.kv_end, ctx + (row_end - 1) / H + 1);
-  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
-  const int64_t row0 = int64_t(tok0) * H + it.row_begin;  // global row of local row 0
+  const MlaItemSpan span = mla_item_span(p, it, kM);
 
   // Q rows (padding rows zero-filled), then the running softmax state.
   for (int idx = tid; idx < kM * kRC; idx += Cfg::kThreads) {
     const int r = idx / kRC, c = idx % kRC;
-    const bool valid = it.row_begin + r < row_end;
-    const bf16* src = static_cast<const bf16*>(p.q) + (valid ? (row0 + r) * kMlaEntry + c * 8 : 0);
+    const bool valid = it.row_begin + r < span.row_end;
+    const bf16* src =
+        static_cast<const bf16*>(p.q) + (valid ? (span.row0 + r) * kMlaEntry + c * 8 : 0);
     cp_async_16(sQ + mla_swizzle<kRC>(r, c), src, valid);
   }
   if (tid < kM) {
@@ -132,10 +127,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   // Element offset of this thread's key in the refill whose first key is `first`; -1 past key_hi.
   auto key_base = [&](int first) -> int64_t {
     const int kabs = first + my_key;
-    if (kabs >= key_hi) return -1;
-    const int64_t row =
-        int64_t(table[kabs >> p.log2_block_size]) * p.block_size + (kabs & (p.block_size - 1));
-    return row * kMlaEntry;
+    return kabs < span.key_hi ? mla_latent_offset(p, span, kabs) : -1;
   };
   // fp8: raw rows (unswizzled) of the tile into raw stage `stage`; keys past key_hi zero-filled.
   auto load_tile = [&](int stage, int64_t base) {
@@ -156,7 +148,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   // piece (empty for pieces past the last tile, and for the pieces other threads copy): the
   // ring's wait counts groups. A warp's 8 keys lie in one piece, so the branch is uniform.
   constexpr int kPK = Cfg::kPieceKeys, kTP = Cfg::kTilePieces, kRing = Cfg::kRing;
-  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
+  const int num_tiles = span.key_hi > span.key_lo ? (span.key_hi - span.key_lo + kN - 1) / kN : 0;
   auto load_pieces = [&](int q0, int count, int64_t base) {
     static_assert(kRC % kTPK == 0, "whole chunks per thread");
     const int mine = my_key / kPK;  // the piece of this thread's key, relative to q0
@@ -198,7 +190,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int gr = it.row_begin + qm * 16 + lane / 4 + 8 * i;
-    limit[i] = gr < row_end ? min(key_hi - 1, ctx + gr / H) : -1;
+    limit[i] = gr < span.row_end ? min(span.key_hi - 1, span.ctx + gr / H) : -1;
   }
 
   float o[kMTiles][kDW / 8][4];
@@ -212,21 +204,21 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   // kTP j + kRing - kTP on).
   int64_t next_base = -1;
   if constexpr (Cfg::kFp8) {
-    if (num_tiles > 0) load_tile(0, key_base(key_lo));
+    if (num_tiles > 0) load_tile(0, key_base(span.key_lo));
     cp_async_commit();  // Q and tile 0
-    if (num_tiles > 1) load_tile(1, key_base(key_lo + kN));
+    if (num_tiles > 1) load_tile(1, key_base(span.key_lo + kN));
     cp_async_commit();
-    next_base = key_base(key_lo + 2 * kN);
+    next_base = key_base(span.key_lo + 2 * kN);
   } else {
     // The first kRing - kTP pieces, Q in the first group.
     for (int q = 0; q < kRing - kTP; q += kTP) {
-      load_pieces(q, min(kTP, kRing - kTP - q), key_base(key_lo + q * kPK));
+      load_pieces(q, min(kTP, kRing - kTP - q), key_base(span.key_lo + q * kPK));
     }
-    next_base = key_base(key_lo + (kRing - kTP) * kPK);
+    next_base = key_base(span.key_lo + (kRing - kTP) * kPK);
   }
 
   for (int j = 0; j < num_tiles; ++j) {
-    const int tile_start = key_lo + j * kN;
+    const int tile_start = span.key_lo + j * kN;
     const bf16* tile = nullptr;  // fp8: the widened tile
     if constexpr (Cfg::kFp8) {
       cp_async_wait<1>();  // raw tile j has landed; j + 1 may still be in flight
@@ -249,7 +241,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       __syncthreads();  // ... for every thread; tile j - 1's pieces are no longer read
       const int q0 = kTP * j + kRing - kTP;
       load_pieces(q0, kTP, next_base);
-      next_base = key_base(key_lo + (q0 + kTP) * kPK);
+      next_base = key_base(span.key_lo + (q0 + kTP) * kPK);
     }
     // The 16-key group g of tile j (rows swizzled by key mod 8 in both layouts).
     auto keys16 = [&](int g) -> const bf16* {
@@ -403,11 +395,11 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int lr = mt * 16 + lane / 4 + 8 * i;
-      if (it.row_begin + lr >= row_end) continue;
+      if (it.row_begin + lr >= span.row_end) continue;
       const float l = sSum[lr];
       const float inv = l > 0.0f ? p.out_scale / l : 0.0f;
       const float lse = l > 0.0f ? (max_final[lr] + log2f(l)) * 0.6931471805599453f : kNegInf;
-      const int64_t grow = row0 + lr;
+      const int64_t grow = span.row0 + lr;
       if (it.split < 0) {
         bf16* dst = static_cast<bf16*>(p.out) + grow * kMlaLatent + d0;
 #pragma unroll

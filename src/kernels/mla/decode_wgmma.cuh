@@ -19,7 +19,9 @@
 #include <cuda_runtime.h>
 
 #include "common/device_math.cuh"
+#include "common/fragment_softmax.cuh"
 #include "common/wgmma.cuh"
+#include "mla/decode_item.cuh"
 #include "mla/params.h"
 
 namespace tripath::kernels {
@@ -64,20 +66,14 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
   const MlaDecodeWorkItem it = p.items[blockIdx.x];
   const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
   const int H = p.num_heads;
-  const int tok0 = p.cu_seqlens_q[it.request];
-  const int rows = (p.cu_seqlens_q[it.request + 1] - tok0) * H;
-  const int row_end = min(it.row_begin + kM, rows);
-  const int ctx = p.context_lens[it.request];
-  const int key_lo = it.kv_begin;
-  const int key_hi = min(it.kv_end, ctx + (row_end - 1) / H + 1);
-  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
-  const int64_t row0 = int64_t(tok0) * H + it.row_begin;  // global row of local row 0
+  const MlaItemSpan span = mla_item_span(p, it, kM);
 
   // Q rows into the swizzled panels (rows past row_end zero-filled).
   for (int idx = tid; idx < kM * kRC; idx += Cfg::kThreads) {
     const int r = idx / kRC, c = idx % kRC;
-    const bool valid = it.row_begin + r < row_end;
-    const bf16* src = static_cast<const bf16*>(p.q) + (valid ? (row0 + r) * kMlaEntry + c * 8 : 0);
+    const bool valid = it.row_begin + r < span.row_end;
+    const bf16* src =
+        static_cast<const bf16*>(p.q) + (valid ? (span.row0 + r) * kMlaEntry + c * 8 : 0);
     cp_async_16(sQ + sw128_offset(r, c, kM), src, valid);
   }
   // Tile loads: thread t copies key t / 4 of the tile, chunks t % 4 + 4 i; its block-table
@@ -87,10 +83,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
   const int my_key = tid / kTPK, my_part = tid % kTPK;
   auto key_base = [&](int first) -> int64_t {
     const int kabs = first + my_key;
-    if (kabs >= key_hi) return -1;
-    const int64_t row =
-        int64_t(table[kabs >> p.log2_block_size]) * p.block_size + (kabs & (p.block_size - 1));
-    return row * kMlaEntry;
+    return kabs < span.key_hi ? mla_latent_offset(p, span, kabs) : -1;
   };
   auto load_tile = [&](int stage, int64_t base) {
     unsigned char* dst = sT + stage * Cfg::kBytesTile;
@@ -101,10 +94,10 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
       cp_async_16(dst + sw128_offset(my_key, c, kN), src + c * 8, base >= 0);
     }
   };
-  const int num_tiles = key_hi > key_lo ? (key_hi - key_lo + kN - 1) / kN : 0;
-  if (num_tiles > 0) load_tile(0, key_base(key_lo));
+  const int num_tiles = span.key_hi > span.key_lo ? (span.key_hi - span.key_lo + kN - 1) / kN : 0;
+  if (num_tiles > 0) load_tile(0, key_base(span.key_lo));
   cp_async_commit();  // Q and tile 0
-  int64_t next_base = key_base(key_lo + kN);
+  int64_t next_base = key_base(span.key_lo + kN);
 
   // This thread's two accumulator rows (the same in both warpgroups): 16 warp + lane / 4 + 8 i.
   // limit: the last key the row may see (causal for multi-token requests; padding rows see all).
@@ -112,10 +105,10 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int gr = it.row_begin + warp * 16 + lane / 4 + 8 * i;
-    limit[i] = gr < row_end ? min(key_hi - 1, ctx + gr / H) : key_hi - 1;
+    limit[i] = gr < span.row_end ? min(span.key_hi - 1, span.ctx + gr / H) : span.key_hi - 1;
   }
   // The block's first row has the smallest limit: tiles wholly below it need no mask.
-  const int block_limit = min(key_hi - 1, ctx + it.row_begin / H);
+  const int block_limit = min(span.key_hi - 1, span.ctx + it.row_begin / H);
 
   float o[kHalf / 2];
 #pragma unroll
@@ -130,7 +123,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
 
   for (int j = 0; j < num_tiles; ++j) {
     const int st = j % Cfg::kStages;
-    const int tile_start = key_lo + j * kN;
+    const int tile_start = span.key_lo + j * kN;
     cp_async_wait<0>();
     wgmma::fence_proxy_async();  // this thread's copies, to the async proxy (and again below,
     __syncthreads();             // for everyone's): tile j and Q have landed for all threads;
@@ -168,36 +161,12 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
           }
         }
       }
-      // Online softmax per row (a row with nothing visible yet keeps m = -inf and weight 0).
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        float mx = kNegInf;
-#pragma unroll
-        for (int nt = 0; nt < kN / 8; ++nt)
-          mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * i], s[nt * 4 + 2 * i + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[i], mx);
-        const float base = m_new == kNegInf ? 0.0f : m_new;
-        alpha[i] = exp2f(m[i] - base);
-        m[i] = m_new;
-        float sum = 0.0f;
-#pragma unroll
-        for (int nt = 0; nt < kN / 8; ++nt) {
-          s[nt * 4 + 2 * i] = exp2f(s[nt * 4 + 2 * i] - base);
-          s[nt * 4 + 2 * i + 1] = exp2f(s[nt * 4 + 2 * i + 1] - base);
-          sum += s[nt * 4 + 2 * i] + s[nt * 4 + 2 * i + 1];
-        }
-        l[i] = l[i] * alpha[i] + sum;
-      }
-      // P as the RS A operand (the accumulator layout is the A operand layout), handed to
-      // warpgroup 1 thread for thread: its thread wt holds the same rows.
+      fragment_online_softmax<kN>(s, m, l, alpha);
+      // P as the RS A operand, handed to warpgroup 1 thread for thread: its thread wt holds the
+      // same rows.
+      fragment_pack_a<bf16, kN>(s, pa);
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk) {
-        pa[kk][0] = pack2<bf16>(s[8 * kk + 0], s[8 * kk + 1]);
-        pa[kk][1] = pack2<bf16>(s[8 * kk + 2], s[8 * kk + 3]);
-        pa[kk][2] = pack2<bf16>(s[8 * kk + 4], s[8 * kk + 5]);
-        pa[kk][3] = pack2<bf16>(s[8 * kk + 6], s[8 * kk + 7]);
         sP[kk * 128 + wt] = make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
       }
       sStat[wt] = make_float4(alpha[0], alpha[1], 0.0f, 0.0f);
@@ -217,14 +186,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
       alpha[1] = a.y;
     }
     // O = diag(alpha) O + P V over this warpgroup's 256 value dims (16 keys per step).
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int dn = 0; dn < kHalf / 8; ++dn) {
-        o[dn * 4 + 2 * i] *= alpha[i];
-        o[dn * 4 + 2 * i + 1] *= alpha[i];
-      }
-    }
+    fragment_scale_rows<kHalf>(o, alpha);
     wgmma::fence_operands(o);
     wgmma::fence();
 #pragma unroll
@@ -264,10 +226,10 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int lr = warp * 16 + lane / 4 + 8 * i;
-    if (it.row_begin + lr >= row_end) continue;
+    if (it.row_begin + lr >= span.row_end) continue;
     const float inv = l[i] > 0.0f ? p.out_scale / l[i] : 0.0f;
     const float lse = l[i] > 0.0f ? (m[i] + log2f(l[i])) * 0.6931471805599453f : kNegInf;
-    const int64_t grow = row0 + lr;
+    const int64_t grow = span.row0 + lr;
     if (it.split < 0) {
       bf16* dst = static_cast<bf16*>(p.out) + grow * kMlaLatent + d0;
 #pragma unroll

@@ -35,6 +35,7 @@
 #include <type_traits>
 
 #include "common/device_math.cuh"
+#include "common/fragment_softmax.cuh"
 #include "common/kv_layout.h"
 #include "common/mbarrier.cuh"
 #include "common/tma.cuh"
@@ -317,49 +318,12 @@ __global__ void __launch_bounds__(
         }
       }
     }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = kNegInf;
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt)
-        mx = fmaxf(mx, fmaxf(sx[nt * 4 + 2 * i], sx[nt * 4 + 2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[i], mx);
-      const float base = m_new == kNegInf ? 0.0f : m_new;
-      alpha[i] = exp2f(m[i] - base);
-      m[i] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < kN / 8; ++nt) {
-        sx[nt * 4 + 2 * i] = exp2f(sx[nt * 4 + 2 * i] - base);
-        sx[nt * 4 + 2 * i + 1] = exp2f(sx[nt * 4 + 2 * i + 1] - base);
-        sum += sx[nt * 4 + 2 * i] + sx[nt * 4 + 2 * i + 1];
-      }
-      l[i] = l[i] * alpha[i] + sum;
-    }
+    fragment_online_softmax<kN>(sx, m, l, alpha);
   };
-  auto rescale_o = [&](const float(&alpha)[2]) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int dn = 0; dn < DV / 8; ++dn) {
-        o[dn * 4 + 2 * i] *= alpha[i];
-        o[dn * 4 + 2 * i + 1] *= alpha[i];
-      }
-    }
-  };
-  // P, packed as the RS A operand (the accumulator layout is the A operand layout).
+  auto rescale_o = [&](const float(&alpha)[2]) { fragment_scale_rows<DV>(o, alpha); };
+  // P, packed as the RS A operand.
   uint32_t pa[kN / 16][4];
-  auto pack_p = [&](const float(&sx)[kN / 2]) {
-#pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      pa[kk][0] = pack2<T>(sx[8 * kk + 0], sx[8 * kk + 1]);
-      pa[kk][1] = pack2<T>(sx[8 * kk + 2], sx[8 * kk + 3]);
-      pa[kk][2] = pack2<T>(sx[8 * kk + 4], sx[8 * kk + 5]);
-      pa[kk][3] = pack2<T>(sx[8 * kk + 6], sx[8 * kk + 7]);
-    }
-  };
+  auto pack_p = [&](const float(&sx)[kN / 2]) { fragment_pack_a<T, kN>(sx, pa); };
   // O += P V of the tile in stage st: P from registers, 16 keys per step (2048 bytes of V rows
   // per step); V's 64-wide panels sit kN * 128 bytes apart (the descriptor's leading offset).
   auto issue_pv = [&](int st) {

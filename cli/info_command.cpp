@@ -131,11 +131,12 @@ int run_info(const std::vector<std::string>& args) {
             << " -> " << selection_text(env_mha) << "\n"
             << "  TRIPATH_MLA_BACKEND  " << (raw_mla ? std::string("=") + raw_mla : "unset")
             << " -> " << selection_text(env_mla) << "\n";
-  std::cout << "\nkernel variants (opt-in; read when a backend is created):\n";
+  std::cout << "\nkernel variants (read when a backend is created; unset takes the default):\n";
   for (const VariantVariable& v : variant_variables()) {
-    std::cout << "  " << std::left << std::setw(23) << v.name
-              << std::setw(8) << (v.value.empty() ? "unset" : "=" + v.value) << v.backend << ": "
-              << v.meaning << "\n";
+    const std::string value =
+        v.value.empty() ? "unset -> " + std::to_string(v.default_value) : "=" + v.value;
+    std::cout << "  " << std::left << std::setw(23) << v.name << std::setw(12) << value
+              << v.backend << ": " << v.meaning << "\n";
   }
   return 0;
 }

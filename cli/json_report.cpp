@@ -49,7 +49,7 @@ std::string gpu_text(const BuildInfo& info) {
 nlohmann::json variants_json() {
   nlohmann::json j = nlohmann::json::object();
   for (const VariantVariable& v : variant_variables()) {
-    if (!v.value.empty()) j[v.name] = v.value;
+    j[v.name] = v.value.empty() ? std::to_string(v.default_value) : v.value;
   }
   return j;
 }

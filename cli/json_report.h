@@ -22,10 +22,10 @@ std::string gpu_text(const BuildInfo& info);
 
 nlohmann::json build_info_json(const BuildInfo& info);
 nlohmann::json machine_json(const BuildInfo& info);
-// The kernel-variant variables that are set now, {name: value} ({} when none): which kernels
-// produced a report's figures.
+// Every kernel-variant variable with the value the backends take now (its default when unset),
+// {name: "digit"}: which kernels produced a report's figures.
 nlohmann::json variants_json();
-// "variants: TRIPATH_FLASH_ROWS=1, ...\n", or "" when none is set.
+// "variants: TRIPATH_FLASH_OVERLAP=3, ...\n" for the variables set, or "" when none is.
 std::string variants_text();
 
 // Writes `doc` (indented) to `path`, or to stdout when path is "-". Throws tripath::Error if the

@@ -89,12 +89,13 @@ struct VariantVariable {
   std::string name;
   std::string backend;  // the backend that reads it
   std::string meaning;
-  int max_value = 1;    // it takes unset, empty or a digit 0..max_value
-  std::string value;
+  int max_value = 1;      // it takes unset, empty or a digit 0..max_value
+  int default_value = 0;  // what unset or empty means
+  std::string value;      // as set in the environment now ("" when unset)
 };
 std::vector<VariantVariable> variant_variables();
-// The value of variant variable `name` now, as the backends read it: 0 when unset or empty, else
-// its digit. A value outside 0..max_value throws tripath::Error naming the variable and the
+// The value of variant variable `name` now, as the backends read it: its default when unset or
+// empty, else its digit. A value outside 0..max_value throws tripath::Error naming the variable and the
 // accepted values; so does a name that is not in variant_variables().
 int read_variant(std::string_view name);
 

@@ -12,14 +12,16 @@ namespace tripath {
 
 std::vector<VariantVariable> variant_variables() {
   std::vector<VariantVariable> out = {
-      {"TRIPATH_FLASH_TMA", "three_path", "1: flash K/V tiles by TMA box copies", 1, ""},
+      {"TRIPATH_FLASH_TMA", "three_path", "1: flash K/V tiles by TMA box copies; 0: by cp.async", 1,
+       1, ""},
       {"TRIPATH_FLASH_OVERLAP", "three_path",
        "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong", 3,
-       ""},
-      {"TRIPATH_FLASH_ROWS", "three_path", "1: flash producers copy whole K/V rows", 1, ""},
+       0, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
-       ""},
-      {"TRIPATH_MLA_WGMMA", "mla", "1: wgmma decode kernel for 64-row steps, bf16 cache", 1, ""}};
+       0, ""},
+      {"TRIPATH_MLA_WGMMA", "mla",
+       "1: wgmma decode kernel for 64-row steps on a bf16 cache; 0: the mma.sync packed kernel", 1,
+       1, ""}};
   for (VariantVariable& v : out) {
     const char* value = std::getenv(v.name.c_str());
     if (value != nullptr) v.value = value;
@@ -38,7 +40,7 @@ int read_variant(std::string_view name) {
     const bool ok = v.value.empty() || (v.value.size() == 1 && v.value[0] >= '0' &&
                                         v.value[0] <= '0' + v.max_value);
     TRIPATH_CHECK_ARG(ok, v.name, "'" + v.value + "'", expected);
-    return v.value.empty() ? 0 : v.value[0] - '0';
+    return v.value.empty() ? v.default_value : v.value[0] - '0';
   }
   TRIPATH_CHECK_ARG(false, "variant variable", std::string(name), "one of variant_variables()");
   return 0;

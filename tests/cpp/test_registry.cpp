@@ -360,31 +360,36 @@ TEST(PublicEntry, MergeStatesOnCpuIsTheReference) {
   }
 }
 
-// The kernel-variant variables every report records: all five listed with their backend, and
-// the value taken from the environment now.
+// The kernel-variant variables every report records: all four listed with their backend and
+// default, and the value taken from the environment now.
 TEST(Registry, VariantVariablesListedWithTheirValues) {
-  ScopedEnv rows("TRIPATH_FLASH_ROWS", "1");
+  ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", "3");
   ScopedEnv tma("TRIPATH_FLASH_TMA", nullptr);
   const std::vector<tripath::VariantVariable> vars = tripath::variant_variables();
   std::vector<std::string> names;
+  std::vector<int> defaults;
   for (const tripath::VariantVariable& v : vars) {
     names.push_back(v.name);
+    defaults.push_back(v.default_value);
     EXPECT_FALSE(v.backend.empty()) << v.name;
     EXPECT_FALSE(v.meaning.empty()) << v.name;
-    if (v.name == "TRIPATH_FLASH_ROWS") {
-      EXPECT_EQ(v.value, "1");
+    EXPECT_LE(v.default_value, v.max_value) << v.name;
+    if (v.name == "TRIPATH_FLASH_OVERLAP") {
+      EXPECT_EQ(v.value, "3");
     }
     if (v.name == "TRIPATH_FLASH_TMA") {
       EXPECT_EQ(v.value, "");
     }
   }
   EXPECT_EQ(names, (std::vector<std::string>{"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP",
-                                              "TRIPATH_FLASH_ROWS", "TRIPATH_EXTEND_GATHER",
-                                              "TRIPATH_MLA_WGMMA"}));
+                                              "TRIPATH_EXTEND_GATHER", "TRIPATH_MLA_WGMMA"}));
+  // The measured-faster kernels are the defaults: TMA loads and the wgmma MLA decode kernel.
+  EXPECT_EQ(defaults, (std::vector<int>{1, 0, 0, 1}));
 }
 
-// read_variant, the parser the GPU backends use at creation: unset / empty -> 0, a digit up to
-// the variable's maximum, anything else an error naming the variable and the accepted values.
+// read_variant, the parser the GPU backends use at creation: unset / empty -> the default, a
+// digit up to the variable's maximum, anything else an error naming the variable and the
+// accepted values.
 TEST(Registry, ReadVariantParsesAndRejects) {
   {
     ScopedEnv unset("TRIPATH_FLASH_OVERLAP", nullptr);
@@ -393,6 +398,18 @@ TEST(Registry, ReadVariantParsesAndRejects) {
   {
     ScopedEnv empty("TRIPATH_FLASH_OVERLAP", "");
     EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 0);
+  }
+  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_MLA_WGMMA"}) {
+    {
+      ScopedEnv unset(name, nullptr);
+      EXPECT_EQ(tripath::read_variant(name), 1) << name;
+    }
+    {
+      ScopedEnv empty(name, "");
+      EXPECT_EQ(tripath::read_variant(name), 1) << name;
+    }
+    ScopedEnv off(name, "0");
+    EXPECT_EQ(tripath::read_variant(name), 0) << name;
   }
   for (const char* good : {"0", "1", "2", "3"}) {
     ScopedEnv env("TRIPATH_FLASH_OVERLAP", good);
@@ -406,7 +423,7 @@ TEST(Registry, ReadVariantParsesAndRejects) {
   for (const Bad& b : {Bad{"TRIPATH_FLASH_OVERLAP", "4", "unset, 0, 1, 2 or 3"},
                        Bad{"TRIPATH_FLASH_OVERLAP", "12", "unset, 0, 1, 2 or 3"},
                        Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0 or 1"},
-                       Bad{"TRIPATH_FLASH_ROWS", "2", "unset, 0 or 1"}}) {
+                       Bad{"TRIPATH_FLASH_TMA", "2", "unset, 0 or 1"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       tripath::read_variant(b.name);

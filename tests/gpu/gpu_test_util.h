@@ -61,7 +61,7 @@ class DeviceMem {
 
 #endif
 
-// Sets an environment variable for one scope (the backends read their opt-in variants, e.g.
+// Sets an environment variable for one scope (the backends read their kernel variants, e.g.
 // TRIPATH_FLASH_TMA or TRIPATH_MLA_WGMMA, at creation).
 class ScopedEnv {
  public:

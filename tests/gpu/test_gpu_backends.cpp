@@ -27,11 +27,11 @@ struct GpuCase {
   bool sinks = false, lse = true, ordered = true;
   int threshold = 1;
   int64_t chunk_budget = 32768;  // extend context tokens per chunk (three_path rounds)
-  bool flash_tma = false;        // three_path with TRIPATH_FLASH_TMA=1 (TMA K/V loads)
+  bool flash_tma = true;         // three_path's TRIPATH_FLASH_TMA: 1 (default) TMA K/V loads,
+                                 // 0 cp.async gathers
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   int flash_overlap = 0;         // three_path with TRIPATH_FLASH_OVERLAP=1 (pipelined consumers),
                                  // 2 (also 128-key tiles, producer warpgroup) or 3 (ping-pong)
-  bool flash_rows = false;       // three_path with TRIPATH_FLASH_ROWS=1 (row-copy producers)
   std::vector<ReqShape> reqs;
 };
 
@@ -163,8 +163,8 @@ std::vector<GpuCase> all_cases() {
       add(c, "extend_40k_chunked");
     }
     if (b == "three_path") {
-      // The flash kernel's TMA loads: every layout and block size they take, head dims, the
-      // features, extend chunks whose starts are not block-aligned.
+      // The flash kernel's loads, TMA (the default) and cp.async: every layout and block size
+      // they take, head dims, the features, extend chunks whose starts are not block-aligned.
       std::vector<GpuCase> tma;
       for (int d : {64, 128, 192, 256}) {
         GpuCase c = base;
@@ -198,12 +198,14 @@ std::vector<GpuCase> all_cases() {
       c.name = "f16_mixed";
       tma.push_back(c);
       for (GpuCase& t : tma) {
-        t.flash_tma = true;
         add(t, "tma_" + t.name);
+        GpuCase g = t;
+        g.flash_tma = false;
+        add(g, "cp_async_" + t.name);
       }
-      // The overlapped consumer loop (TRIPATH_FLASH_OVERLAP=1) on the same cases (it applies to
-      // head dims <= 128; the others check that it is ignored there), plus long prompts with
-      // odd and even tile counts.
+      // The other consumer loops (TRIPATH_FLASH_OVERLAP=1, 2, 3) on the same cases (they apply
+      // to head dims <= 128; the others check that they are ignored there), plus long prompts
+      // with odd and even tile counts.
       c = base;
       c.reqs = {{3001, 0}, {777, 5000}, {64, 64}, {1, 3000}};
       c.name = "long_odd_tiles";
@@ -213,24 +215,15 @@ std::vector<GpuCase> all_cases() {
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
       for (int mode : {1, 2, 3}) {
-        for (GpuCase t : tma) {
-          t.flash_tma = false;
+        for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
           add(t, (mode == 1 ? "overlap_" : mode == 2 ? "wide_" : "pingpong_") + t.name);
         }
       }
-      // The row-copy producers (TRIPATH_FLASH_ROWS=1) on the same cases: every head dim
-      // (16 and 32 keys per producer warp), layout and block size of the list.
-      for (GpuCase t : tma) {
-        t.flash_tma = false;
-        t.flash_rows = true;
-        add(t, "rows_" + t.name);
-      }
-
       // Extend chunks gathered to a contiguous workspace: every layout, cache block sizes 16
       // and 64, head dims, the features, many chunks with starts that are not block-aligned,
-      // a context over the default budget, fp8 (unified kernel) and the TMA loads on the
-      // workspace.
+      // a context over the default budget, fp8 (unified kernel) and the cp.async loads on the
+      // workspace (the others take the default TMA loads).
       std::vector<GpuCase> gather;
       const std::vector<ReqShape> chunky = {{70, 300}, {20, 1025}, {33, 5}, {1, 900}, {64, 0}};
       for (int d : {64, 128, 256}) {
@@ -287,8 +280,8 @@ std::vector<GpuCase> all_cases() {
       c.chunk_budget = 100;
       c.reqs = chunky;
       c.layout = KvLayout::kTiled;
-      c.flash_tma = true;
-      c.name = "tma_many_chunks_tiled";
+      c.flash_tma = false;
+      c.name = "cp_async_many_chunks_tiled";
       gather.push_back(c);
       for (GpuCase& g : gather) {
         g.extend_gather = true;
@@ -345,11 +338,10 @@ TEST_P(GpuBackendTest, MatchesReference) {
     GTEST_SKIP() << "specialization " << spec_name(c.dim, c.dtype, c.cache) << " not built";
   std::unique_ptr<AttentionBackend> backend;
   {
-    ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma);
+    ScopedEnv tma("TRIPATH_FLASH_TMA", true, c.flash_tma ? "1" : "0");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather);
     const std::string overlap_value = std::to_string(c.flash_overlap);
     ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", c.flash_overlap != 0, overlap_value.c_str());
-    ScopedEnv rows("TRIPATH_FLASH_ROWS", c.flash_rows);
     backend = create_attention_backend(c.backend);
   }
   const uint64_t seed = std::hash<std::string>{}(c.name);
@@ -466,16 +458,15 @@ TEST(GpuGraph, CaptureAndReplay) {
 #endif
 }
 
-// run() refuses a plan it was not prepared for, and CPU tensors.
-// three_path's opt-in variables: a value it does not know is an error naming the variable,
-// never a silent fallback; 0 is off.
+// three_path's variant variables: a value it does not know is an error naming the variable,
+// never a silent fallback; 0 (off) and unset (the default) are accepted.
 TEST(GpuErrors, ThreePathVariantVariables) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
   struct Bad { const char* name; const char* value; };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
                       Bad{"TRIPATH_FLASH_OVERLAP", "4"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
-                      Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_FLASH_ROWS", "2"}}) {
+                      Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"}}) {
     ScopedEnv env(b.name, true, b.value);
     try {
       create_attention_backend("three_path");
@@ -484,14 +475,16 @@ TEST(GpuErrors, ThreePathVariantVariables) {
       EXPECT_NE(std::string(e.what()).find(b.name), std::string::npos) << e.what();
     }
   }
-  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER",
-                           "TRIPATH_FLASH_ROWS"}) {
-    ScopedEnv env(name, true, "0");
-    EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "=0";
+  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER"}) {
+    for (const char* ok : {"0", ""}) {
+      ScopedEnv env(name, true, ok);
+      EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";
+    }
   }
 #endif
 }
 
+// run() refuses a plan it was not prepared for, and CPU tensors.
 TEST(GpuErrors, UnpreparedPlanAndWrongDevice) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA

@@ -31,7 +31,8 @@ struct MlaGpuCase {
   int64_t chunk_budget = 32768;
   int work_units = 0;  // 0: the GPU's SM count
   bool lse = true;
-  bool wgmma = false;  // mla with TRIPATH_MLA_WGMMA=1 (the Hopper decode kernel for 64-row steps)
+  bool wgmma = false;  // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
+                       // 64-row steps, 0 the mma.sync one
   std::vector<ReqShape> reqs;
 };
 
@@ -308,7 +309,8 @@ std::vector<MlaGpuCase> all_cases() {
       add(c, "edge_tiny");
     }
   }
-  // The wgmma decode kernel (mla, TRIPATH_MLA_WGMMA=1) on every step shape with 64+ packed rows
+  // The wgmma decode kernel (mla's default, TRIPATH_MLA_WGMMA=1; the cases above pin 0, the
+  // mma.sync kernel, which =0 keeps) on every step shape with 64+ packed rows
   // per request: 64 and 128 heads, block 64, one split (direct output), multi-token requests
   // (16 heads x 4 tokens: the causal mask inside a block; 24 x 4 = 96 rows: a half-padded second
   // block), mixed steps; an fp8 cache and 16-head steps, which keep the mma.sync kernel.
@@ -358,7 +360,7 @@ TEST_P(GpuMlaTest, MatchesReference) {
 
   std::unique_ptr<MlaBackend> backend;
   {
-    ScopedEnv wgmma("TRIPATH_MLA_WGMMA", c.wgmma);
+    ScopedEnv wgmma("TRIPATH_MLA_WGMMA", true, c.wgmma ? "1" : "0");
     backend = create_mla_backend(c.backend);
   }
   MlaDevice d;
@@ -573,7 +575,8 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
 }
 
 // run() refuses an unprepared plan, another head count, and dtypes the GPU kernels lack.
-// TRIPATH_MLA_WGMMA takes unset, empty, 0 or 1: anything else is an error naming it.
+// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 1), 0 or 1: anything else is an error
+// naming it.
 TEST(GpuMlaErrors, WgmmaVariable) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA

@@ -6,9 +6,9 @@
 // from the plan's split-KV partition (planned with num_kv_heads = 1: the latent is one KV head).
 //   mla_baseline: 16-row blocks, always partial states, then the merge kernel.
 //   mla: 16/32/64-row blocks (heads packed in M); a step whose requests all have one split
-//        writes the output directly, otherwise partial states and the merge kernel. With
-//        TRIPATH_MLA_WGMMA=1 (opt-in until measured), 64-row steps on a bf16 cache run the
-//        Hopper wgmma kernel (decode_wgmma.cuh) instead of the mma.sync one.
+//        writes the output directly, otherwise partial states and the merge kernel. 64-row
+//        steps on a bf16 cache run the Hopper wgmma kernel (decode_wgmma.cuh; 1.66x the
+//        mma.sync one at 128 heads on the H200); TRIPATH_MLA_WGMMA=0 keeps mma.sync there.
 // Extend and prefill (non-absorbed, q/k 192, v 128), in passes over a bounded workspace: every
 // request's keys are cut into pieces (context pieces of at most `chunk` tokens, then its own new
 // tokens in pieces of at most `chunk`), a pass takes at most one piece of each request up to
@@ -129,7 +129,7 @@ struct Piece {
 class CudaMlaBackend final : public MlaBackend {
  public:
   explicit CudaMlaBackend(MlaKind kind) : kind_(kind) {
-    // Read once, at creation (read_variant: anything but unset, 0 or 1 is an error).
+    // Read once, at creation (read_variant: unset takes 1; anything but 0 or 1 is an error).
     wgmma_decode_ = read_variant("TRIPATH_MLA_WGMMA") == 1 && kind_ == MlaKind::kPacked;
   }
   ~CudaMlaBackend() override {
@@ -528,7 +528,7 @@ class CudaMlaBackend final : public MlaBackend {
   int extend_rows() const { return flash_extend() ? kernels::kFlashPrefillRows : 64; }
 
   MlaKind kind_;
-  bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA=1
+  bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA (default 1)
   DeviceArena arena_;
   DevicePlanOffsets offsets_;
   uint64_t prepared_serial_ = 0;

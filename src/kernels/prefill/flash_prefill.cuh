@@ -15,15 +15,17 @@
 //       masks only on tiles that need them);
 //       O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
 //       operand layout) and V MN-major from shared memory.
-//     Other consumer modes (FlashConsumerMode, three_path's TRIPATH_FLASH_OVERLAP; measured
-//     slower or not yet measured, so opt-in): kOverlap (=1), FA3's order inside a warpgroup,
+//     Other consumer modes (FlashConsumerMode, three_path's TRIPATH_FLASH_OVERLAP; opt-in
+//     until measured faster): kOverlap (=1), FA3's order inside a warpgroup,
 //     S(j + 1) and P V(j) issued back to back and softmax(j + 1) under P V(j); kWide (=2), the
 //     same with 128-key tiles and a producer warpgroup that hands its registers over
 //     (setmaxnreg); kPingPong (=3), kOverlap with the two warpgroups taking turns at issuing.
-// K/V loads: by default 64 producer threads gather each tile with cp.async (one block-table
-// lookup per key); kRows (TRIPATH_FLASH_ROWS=1) has each warp copy whole rows instead. With tensor maps (kTma, three_path's TRIPATH_FLASH_TMA=1, experimental until
-// measured) one thread issues a TMA box copy per (cache block, 64-wide panel); on the tiled
-// layout the copy lands already swizzled, since its 16-byte chunks are XORed by slot in memory. Items with split >= 0 write normalized partial
+// K/V loads: with tensor maps (kTma; three_path's default, TRIPATH_FLASH_TMA=0 turns it off)
+// one producer thread issues a TMA box copy per (cache block, 64-wide panel) for every tile of
+// whole keys; on the tiled layout the copy lands already swizzled, since its 16-byte chunks are
+// XORed by slot in memory. Without maps, and for the last tile of an item, the producer threads
+// gather the tile with cp.async (one block-table lookup per key). Any consumer mode takes either.
+// Items with split >= 0 write normalized partial
 // states (merged by merge_states, which applies sinks); others write the final output, sinks
 // and LSE. Semantics match unified_attention.cuh. KV must be the 16-bit q dtype; head dims
 // multiples of 64. The backend picks this kernel on compute capability 9.0 only; built without
@@ -72,7 +74,7 @@ struct FlashPrefillConfig {
 };
 
 template <int D, int DV, typename T, bool kTma,
-          FlashConsumerMode kMode = FlashConsumerMode::kSerial, bool kRows = false>
+          FlashConsumerMode kMode = FlashConsumerMode::kSerial>
 __global__ void __launch_bounds__(
     FlashPrefillConfig<D, DV, kMode == FlashConsumerMode::kWide>::kThreads, 1)
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
@@ -81,8 +83,6 @@ __global__ void __launch_bounds__(
   constexpr bool kOverlap = kMode != FlashConsumerMode::kSerial;
   constexpr bool kWide = kMode == FlashConsumerMode::kWide;
   constexpr bool kPingPong = kMode == FlashConsumerMode::kPingPong;
-  static_assert(!kOverlap || !kTma, "the overlapped loops come with cp.async loads");
-  static_assert(!kRows || !kTma, "row copies are a cp.async producer");
   using Cfg = FlashPrefillConfig<D, DV, kWide>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
   constexpr float kNegInf = -INFINITY;
@@ -186,39 +186,6 @@ __global__ void __launch_bounds__(
           }
           continue;
         }
-      }
-      if constexpr (kRows) {
-        // Whole rows per warp (TRIPATH_FLASH_ROWS=1): a warp's lanes copy consecutive 16-byte
-        // chunks of its kWarpKeys keys, so one instruction reads 2 rows at 128 dims (4 whole
-        // 128-byte lines) instead of a 16-byte piece of each of 32 rows (32 half-used
-        // sectors). Lane l looks up the block of the warp's key l once per tile; the lanes
-        // copying a key take it by shuffle (a lookup per chunk was the 43 ms experiment).
-        constexpr int kWarpKeys = kN / (Cfg::kProducerThreads / 32);
-        static_assert(kWarpKeys <= 32, "a lane per key for the lookups");
-        const int pl = pt % 32, key0 = (pt / 32) * kWarpKeys;
-        const int my_kabs = tile_start + key0 + pl % kWarpKeys;
-        const int my_block = my_kabs < key_hi ? table[my_kabs >> p.log2_block_size] : 0;
-        auto copy_rows = [&](auto dims, unsigned char* dst, const void* cache) {
-          constexpr int kDims = decltype(dims)::value, kC = kDims / 8;  // chunks per row
-          static_assert(kWarpKeys * kC % 32 == 0, "whole instructions per warp");
-#pragma unroll 4
-          for (int i = 0; i < kWarpKeys * kC / 32; ++i) {
-            const int idx = pl + 32 * i, kl = idx / kC, c = idx % kC;
-            const int block = __shfl_sync(0xffffffffu, my_block, kl);
-            const int kabs = tile_start + key0 + kl;
-            const bool valid = kabs < key_hi;
-            const int64_t off =
-                valid ? kv_chunk_offset(p.layout, block, kabs & (p.block_size - 1), it.kv_head, c,
-                                        p.block_size, p.num_kv_heads, kDims, 8)
-                      : 0;
-            cp_async_16(dst + sw128_offset(key0 + kl, c, kN), static_cast<const T*>(cache) + off,
-                        valid);
-          }
-        };
-        copy_rows(std::integral_constant<int, D>{}, dk, p.k_cache);
-        copy_rows(std::integral_constant<int, DV>{}, dv, p.v_cache);
-        mbarrier::arrive_on_cp_async(&full[st]);
-        continue;
       }
       const int kabs = tile_start + key;
       const bool valid = kabs < key_hi;
@@ -473,42 +440,41 @@ __global__ void __launch_bounds__(
 
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,
-                                      FlashConsumerMode mode, bool row_copies,
-                                      cudaStream_t stream) {
+                                      FlashConsumerMode mode, cudaStream_t stream) {
   static_assert(FlashPrefillConfig<D, DV>::kM == kFlashPrefillRows, "item rows");
   if (p.num_items == 0) return cudaSuccess;
-  auto launch = [&](auto kernel, const FlashTensorMaps& m, auto cfg) {
+  auto launch = [&](auto kernel, auto cfg) {
     using Cfg = decltype(cfg);
     const size_t smem = Cfg::kSmemBytes;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
-    kernel<<<p.num_items, Cfg::kThreads, smem, stream>>>(p, m);
+    kernel<<<p.num_items, Cfg::kThreads, smem, stream>>>(p, maps != nullptr ? *maps
+                                                                              : FlashTensorMaps{});
     return cudaGetLastError();
   };
+  // One consumer mode, with or without tensor maps.
+  auto launch_mode = [&](auto mode_constant, auto cfg) {
+    constexpr FlashConsumerMode kMode = decltype(mode_constant)::value;
+    if (maps != nullptr) return launch(flash_prefill_kernel<D, DV, T, true, kMode>, cfg);
+    return launch(flash_prefill_kernel<D, DV, T, false, kMode>, cfg);
+  };
+  using M = FlashConsumerMode;
   using Base = FlashPrefillConfig<D, DV>;
-  if (maps != nullptr) return launch(flash_prefill_kernel<D, DV, T, true>, *maps, Base{});
   // The overlapped loops: built for D = DV <= 128 only (D = 256 already runs out of registers,
   // and MLA's 192 / 128 keeps the measured loop).
   if constexpr (D == DV && D <= 128) {
-    using M = FlashConsumerMode;
     if (mode == M::kOverlap) {
-      return launch(flash_prefill_kernel<D, DV, T, false, M::kOverlap>, FlashTensorMaps{}, Base{});
+      return launch_mode(std::integral_constant<M, M::kOverlap>{}, Base{});
     }
     if (mode == M::kPingPong) {
-      return launch(flash_prefill_kernel<D, DV, T, false, M::kPingPong>, FlashTensorMaps{},
-                    Base{});
+      return launch_mode(std::integral_constant<M, M::kPingPong>{}, Base{});
     }
     if (mode == M::kWide) {
-      return launch(flash_prefill_kernel<D, DV, T, false, M::kWide>, FlashTensorMaps{},
-                    FlashPrefillConfig<D, DV, true>{});
+      return launch_mode(std::integral_constant<M, M::kWide>{}, FlashPrefillConfig<D, DV, true>{});
     }
   }
-  if (row_copies) {
-    return launch(flash_prefill_kernel<D, DV, T, false, FlashConsumerMode::kSerial, true>,
-                  FlashTensorMaps{}, Base{});
-  }
-  return launch(flash_prefill_kernel<D, DV, T, false>, FlashTensorMaps{}, Base{});
+  return launch_mode(std::integral_constant<M, M::kSerial>{}, Base{});
 }
 
 }  // namespace tripath::kernels

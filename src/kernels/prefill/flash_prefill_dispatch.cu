@@ -17,10 +17,10 @@ bool flash_prefill_built(int head_dim, DType q) {
 
 cudaError_t launch_flash_prefill(int head_dim, DType q, const UnifiedParams& p,
                                  const FlashTensorMaps* maps, FlashConsumerMode mode,
-                                 bool row_copies, cudaStream_t stream) {
+                                 cudaStream_t stream) {
 #define X(D, T, QE)                    \
   if (head_dim == D && q == DType::QE) \
-    return launch_flash_prefill_impl<D, D, T>(p, maps, mode, row_copies, stream);
+    return launch_flash_prefill_impl<D, D, T>(p, maps, mode, stream);
   TRIPATH_FLASH_PREFILL_SPECIALIZATIONS(X)
 #undef X
   return cudaErrorInvalidValue;  // the backend checks flash_prefill_built() first

@@ -5,8 +5,7 @@
 namespace tripath::kernels {
 
 cudaError_t launch_flash_prefill_mla(const UnifiedParams& p, cudaStream_t stream) {
-  return launch_flash_prefill_impl<192, 128, bf16>(p, nullptr, FlashConsumerMode::kSerial,
-                                                    /*row_copies=*/false, stream);
+  return launch_flash_prefill_impl<192, 128, bf16>(p, nullptr, FlashConsumerMode::kSerial, stream);
 }
 
 }  // namespace tripath::kernels

@@ -28,24 +28,22 @@ struct FlashTensorMaps {
 // The flash kernel's consumer loop: kSerial (measured, the default), kOverlap (FA3's order
 // inside a warpgroup), kWide (kOverlap with 128-key tiles and a producer warpgroup that hands
 // its registers to the consumers), kPingPong (kOverlap with the two consumer warpgroups taking
-// turns at the tensor cores). All but kSerial apply to head dims <= 128 with cp.async loads.
+// turns at the tensor cores). All but kSerial apply to head dims <= 128 (q/k = v dims).
 enum class FlashConsumerMode : int { kSerial = 0, kOverlap = 1, kWide = 2, kPingPong = 3 };
 
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,
-                                      FlashConsumerMode mode, bool row_copies,
-                                      cudaStream_t stream);
+                                      FlashConsumerMode mode, cudaStream_t stream);
 
 // True if this build compiled the kernel for sm_90a and (head_dim, q dtype); the KV cache must
 // then hold the same 16-bit dtype as q.
 bool flash_prefill_built(int head_dim, DType q);
 // Takes the unified kernel's parameters with kFlashPrefillRows-row work items; `maps` (from
 // make_flash_tensor_maps) selects the TMA loads, nullptr the cp.async gather; `mode` the
-// consumer loop (ignored where it does not apply); `row_copies` (serial loop, cp.async loads
-// only) has each producer warp copy whole K/V rows instead of a 16-byte piece of 32 rows.
+// consumer loop (ignored where it does not apply).
 cudaError_t launch_flash_prefill(int head_dim, DType q, const UnifiedParams& p,
                                  const FlashTensorMaps* maps, FlashConsumerMode mode,
-                                 bool row_copies, cudaStream_t stream);
+                                 cudaStream_t stream);
 // Builds `maps` for a (head_dim, q dtype) cache of `layout` (KvLayoutId); false (maps untouched)
 // where the TMA loads do not apply: block size below 8, a head dim that is not a multiple of 64,
 // or no driver entry point for cuTensorMapEncodeTiled.

@@ -31,8 +31,8 @@ struct MlaGpuCase {
   int64_t chunk_budget = 32768;
   int work_units = 0;  // 0: the GPU's SM count
   bool lse = true;
-  bool wgmma = false;  // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
-                       // 64-row steps, 0 the mma.sync one
+  int wgmma = 0;  // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
+                  // 64-row steps with TMA loads, 2 the same with cp.async, 0 the mma.sync one
   std::vector<ReqShape> reqs;
 };
 
@@ -309,9 +309,9 @@ std::vector<MlaGpuCase> all_cases() {
       add(c, "edge_tiny");
     }
   }
-  // The wgmma decode kernel (mla's default, TRIPATH_MLA_WGMMA=1; the cases above pin 0, the
-  // mma.sync kernel, which =0 keeps) on every step shape with 64+ packed rows
-  // per request: 64 and 128 heads, block 64, one split (direct output), multi-token requests
+  // The wgmma decode kernel (mla's default, TRIPATH_MLA_WGMMA=1, TMA loads; the cases above pin
+  // 0, the mma.sync kernel) on every step shape with 64+ packed rows per request (blocks of 16
+  // keys: 4 boxes per panel and tile; of 64: one): 64 and 128 heads, one split (direct output), multi-token requests
   // (16 heads x 4 tokens: the causal mask inside a block; 24 x 4 = 96 rows: a half-padded second
   // block), mixed steps; an fp8 cache and 16-head steps, which keep the mma.sync kernel.
   std::vector<MlaGpuCase> base = out;
@@ -334,8 +334,18 @@ std::vector<MlaGpuCase> all_cases() {
                            "decode_h128_no_lse"}) {
     for (MlaGpuCase c : base) {
       if (c.name != std::string("mla_") + name) continue;
-      c.wgmma = true;
+      c.wgmma = 1;
       c.name = std::string("mla_wgmma_") + name;
+      out.push_back(c);
+    }
+  }
+  // Its cp.async loads (TRIPATH_MLA_WGMMA=2), which also serve the last tile of every item.
+  for (const char* name : {"decode_h128", "decode_bs64_h128", "threshold4_h24", "mixed_h128",
+                           "threshold4_h24_one_split", "decode_h128_no_lse"}) {
+    for (MlaGpuCase c : base) {
+      if (c.name != std::string("mla_") + name) continue;
+      c.wgmma = 2;
+      c.name = std::string("mla_wgmma_cp_async_") + name;
       out.push_back(c);
     }
   }
@@ -360,7 +370,8 @@ TEST_P(GpuMlaTest, MatchesReference) {
 
   std::unique_ptr<MlaBackend> backend;
   {
-    ScopedEnv wgmma("TRIPATH_MLA_WGMMA", true, c.wgmma ? "1" : "0");
+    const std::string wgmma_value = std::to_string(c.wgmma);
+    ScopedEnv wgmma("TRIPATH_MLA_WGMMA", true, wgmma_value.c_str());
     backend = create_mla_backend(c.backend);
   }
   MlaDevice d;
@@ -574,13 +585,12 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
 #endif
 }
 
-// run() refuses an unprepared plan, another head count, and dtypes the GPU kernels lack.
-// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 1), 0 or 1: anything else is an error
-// naming it.
+// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 1), 0, 1 or 2: anything else is an
+// error naming it.
 TEST(GpuMlaErrors, WgmmaVariable) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  for (const char* bad : {"2", "yes", "10"}) {
+  for (const char* bad : {"3", "yes", "10"}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", true, bad);
     try {
       create_mla_backend("mla");
@@ -589,13 +599,14 @@ TEST(GpuMlaErrors, WgmmaVariable) {
       EXPECT_NE(std::string(e.what()).find("TRIPATH_MLA_WGMMA"), std::string::npos) << e.what();
     }
   }
-  for (const char* ok : {"0", "1", ""}) {
+  for (const char* ok : {"0", "1", "2", ""}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", true, ok);
     EXPECT_NO_THROW(create_mla_backend("mla")) << "TRIPATH_MLA_WGMMA=" << ok;
   }
 #endif
 }
 
+// run() refuses an unprepared plan, another head count, and dtypes the GPU kernels lack.
 TEST(GpuMlaErrors, UnpreparedPlanHeadsAndDtypes) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA

@@ -8,7 +8,8 @@
 //   mla: 16/32/64-row blocks (heads packed in M); a step whose requests all have one split
 //        writes the output directly, otherwise partial states and the merge kernel. 64-row
 //        steps on a bf16 cache run the Hopper wgmma kernel (decode_wgmma.cuh; 1.66x the
-//        mma.sync one at 128 heads on the H200); TRIPATH_MLA_WGMMA=0 keeps mma.sync there.
+//        mma.sync one at 128 heads on the H200) with TMA tile loads; TRIPATH_MLA_WGMMA=0
+//        keeps mma.sync there, =2 runs wgmma with cp.async loads.
 // Extend and prefill (non-absorbed, q/k 192, v 128), in passes over a bounded workspace: every
 // request's keys are cut into pieces (context pieces of at most `chunk` tokens, then its own new
 // tokens in pieces of at most `chunk`), a pass takes at most one piece of each request up to
@@ -26,6 +27,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "cuda_util.h"
@@ -35,6 +37,7 @@
 #include "mla/mla.h"
 #include "mla_backends.h"
 #include "prefill/launch.h"
+#include "tensor_map_cache.h"
 #include "tripath/error.h"
 #include "unified/launch.h"
 
@@ -130,7 +133,9 @@ class CudaMlaBackend final : public MlaBackend {
  public:
   explicit CudaMlaBackend(MlaKind kind) : kind_(kind) {
     // Read once, at creation (read_variant: unset takes 1; anything but 0 or 1 is an error).
-    wgmma_decode_ = read_variant("TRIPATH_MLA_WGMMA") == 1 && kind_ == MlaKind::kPacked;
+    const int wgmma = read_variant("TRIPATH_MLA_WGMMA");
+    wgmma_decode_ = wgmma >= 1 && kind_ == MlaKind::kPacked;
+    wgmma_tma_ = wgmma == 1;
   }
   ~CudaMlaBackend() override {
     if (cublas_ != nullptr) cublasDestroy(cublas_);
@@ -245,7 +250,15 @@ class CudaMlaBackend final : public MlaBackend {
     } else if (wgmma_decode_ && rows_per_block_ == kernels::kMlaWgmmaRows &&
                c.dtype == DType::kBF16 && cuda_device_info().compute_capability == 90 &&
                kernels::mla_decode_wgmma_built()) {
-      TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_wgmma(p, stream));
+      // The latent map, encoded once per cache (TMA tile loads; nullptr: cp.async).
+      const kernels::MlaLatentMap* map = nullptr;
+      const LatentMapKey key{p.cache, c.num_blocks, c.block_size};
+      if (wgmma_tma_ && latent_maps_.get(key, &latent_map_, [&](kernels::MlaLatentMap* m) {
+            return kernels::make_mla_latent_map(p.cache, c.num_blocks, c.block_size, m);
+          })) {
+        map = &latent_map_;
+      }
+      TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_wgmma(p, map, stream));
     } else {
       TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_packed(p, rows_per_block_, c.dtype, stream));
     }
@@ -528,7 +541,11 @@ class CudaMlaBackend final : public MlaBackend {
   int extend_rows() const { return flash_extend() ? kernels::kFlashPrefillRows : 64; }
 
   MlaKind kind_;
-  bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA (default 1)
+  bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1 (the default) or 2
+  bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 1: its tiles by TMA (2: by cp.async)
+  using LatentMapKey = std::tuple<const void*, int64_t, int>;  // cache, num_blocks, block_size
+  TensorMapCache<LatentMapKey, kernels::MlaLatentMap> latent_maps_;
+  kernels::MlaLatentMap latent_map_{};
   DeviceArena arena_;
   DevicePlanOffsets offsets_;
   uint64_t prepared_serial_ = 0;

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 
 #include "cuda_backend.h"
 #include "cuda_entry.h"
@@ -164,15 +165,23 @@ class ThreePathBackend final : public CudaAttentionBackend {
     const bool gather = extend_gather_ && gather_bytes_ > 0;
     if (flash && flash_tma_) {
       const KvCacheConfig& c = in.cache.config;
-      if (tensor_maps_.get(in.cache.k.data, in.cache.v.data, static_cast<int>(c.layout),
-                           c.num_blocks, c.block_size, c.num_kv_heads, c.head_dim, in.q.dtype,
-                           &maps_)) {
+      // Maps of (k, v, layout, blocks, block size) with this step's heads, dims and dtype.
+      auto cached_maps = [&](const void* k, const void* v, int64_t blocks, int block_size,
+                             kernels::FlashTensorMaps* out) {
+        const FlashMapKey key{k, v, static_cast<int>(c.layout), blocks, block_size,
+                              c.num_kv_heads, c.head_dim, in.q.dtype};
+        return tensor_maps_.get(key, out, [&](kernels::FlashTensorMaps* m) {
+          return kernels::make_flash_tensor_maps(k, v, static_cast<int>(c.layout), blocks,
+                                                 block_size, c.num_kv_heads, c.head_dim,
+                                                 in.q.dtype, m);
+        });
+      };
+      if (cached_maps(in.cache.k.data, in.cache.v.data, c.num_blocks, c.block_size, &maps_)) {
         maps = &maps_;
       }
       char* ws = gather_workspace_.as<char>();
-      if (gather && tensor_maps_.get(ws, ws + gather_.v_offset(), static_cast<int>(c.layout),
-                                     gather_.capacity_blocks(), kernels::kGatherBlockSize,
-                                     c.num_kv_heads, c.head_dim, in.q.dtype, &gather_maps_)) {
+      if (gather && cached_maps(ws, ws + gather_.v_offset(), gather_.capacity_blocks(),
+                                kernels::kGatherBlockSize, &gather_maps_)) {
         gather_maps = &gather_maps_;
       }
     }
@@ -322,7 +331,9 @@ class ThreePathBackend final : public CudaAttentionBackend {
   bool flash_possible_ = false;
   bool flash_tma_ = false;
   kernels::FlashConsumerMode flash_mode_ = kernels::FlashConsumerMode::kSerial;
-  TensorMapCache tensor_maps_;  // encoded once per cache (TRIPATH_FLASH_TMA)
+  // (k, v, layout, num_blocks, block_size, num_kv_heads, head_dim, q dtype)
+  using FlashMapKey = std::tuple<const void*, const void*, int, int64_t, int, int, int, DType>;
+  TensorMapCache<FlashMapKey, kernels::FlashTensorMaps> tensor_maps_;  // TRIPATH_FLASH_TMA
   kernels::FlashTensorMaps maps_{};
   bool extend_gather_ = false;  // TRIPATH_EXTEND_GATHER=1
   ExtendGather gather_;

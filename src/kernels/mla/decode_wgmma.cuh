@@ -11,9 +11,13 @@
 // warpgroup 1, which computes O[:, 256:512] += P V. Each warpgroup then holds a 64 x 256 f32
 // accumulator (128 registers a thread), which is what makes a 512-wide value fit. The latent
 // tile serves as K (all 9 panels, K-major) and V (panels 0-7, MN-major) without a copy.
-// Loads: all 256 threads, cp.async into the 128-byte-swizzled panels, one tile ahead (two
-// 72 KB stages + 72 KB of Q: 227 KB, one block per SM), one block-table lookup per key per
-// tile, fetched a tile ahead. Built for sm_90a only (traps elsewhere; the backend checks).
+// Loads, one tile ahead (two 72 KB stages + 72 KB of Q: 226 KB, one block per SM): with a
+// latent map (map.rows > 0) thread 0 issues a TMA box copy per (cache block, 64-dim panel) of
+// every tile of whole keys below key_hi, landing 128-byte-swizzled on the stage's mbarrier;
+// tiles then start on a multiple of map.rows and keys before key_lo are masked. The last tile of
+// an item (keys past key_hi zero-filled, so no NaN from stale slots reaches P V) and every tile
+// without a map: all 256 threads cp.async, one block-table lookup per key per tile, fetched a
+// tile ahead. Built for sm_90a only (traps elsewhere; the backend checks).
 // Tests: tests/gpu/test_gpu_mla.cpp (`wgmma_*` cases).
 #pragma once
 
@@ -21,8 +25,11 @@
 
 #include "common/device_math.cuh"
 #include "common/fragment_softmax.cuh"
+#include "common/mbarrier.cuh"
+#include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "mla/decode_item.cuh"
+#include "mla/mla.h"
 #include "mla/params.h"
 
 namespace tripath::kernels {
@@ -37,15 +44,17 @@ struct MlaWgmmaConfig {
   static constexpr uint32_t kBytesQ = uint32_t(kM) * kMlaEntry * 2;
   static constexpr uint32_t kBytesTile = uint32_t(kN) * kMlaEntry * 2;
   static constexpr uint32_t kBytesP = 128 * (kN / 16) * 16;  // P fragments of warpgroup 0
-  static constexpr uint32_t kBytesStats = 128 * 16;          // a float4 per warpgroup-0 thread
-  // + 1024: the tiles start on a 1024-byte boundary (the swizzle period).
+  static constexpr uint32_t kBytesAlpha = 128 * 8;           // a float2 per warpgroup-0 thread
+  // + 1024: the tiles start on a 1024-byte boundary (the swizzle period); then the stages'
+  // mbarriers.
   static constexpr size_t kSmemBytes =
-      1024 + kBytesQ + kStages * kBytesTile + kBytesP + kBytesStats;
+      1024 + kBytesQ + kStages * kBytesTile + kBytesP + kBytesAlpha + 8 * kStages;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
 __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
-    mla_decode_wgmma_kernel(const __grid_constant__ MlaDecodeParams p) {
+    mla_decode_wgmma_kernel(const __grid_constant__ MlaDecodeParams p,
+                            const __grid_constant__ MlaLatentMap map) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = MlaWgmmaConfig;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kRC = Cfg::kChunks, kHalf = Cfg::kValueHalf;
@@ -60,7 +69,8 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
   unsigned char* sQ = smem_raw + pad;
   unsigned char* sT = sQ + Cfg::kBytesQ;
   uint4* sP = reinterpret_cast<uint4*>(sT + Cfg::kStages * Cfg::kBytesTile);  // [kN / 16][128]
-  float4* sStat = reinterpret_cast<float4*>(sP + (kN / 16) * 128);           // [128]
+  float2* sAlpha = reinterpret_cast<float2*>(sP + (kN / 16) * 128);          // [128]
+  uint64_t* full = reinterpret_cast<uint64_t*>(sAlpha + 128);                 // [kStages]
   const uint32_t aQ = raw_addr + pad;
   const uint32_t aT = aQ + Cfg::kBytesQ;
 
@@ -95,10 +105,39 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
       cp_async_16(dst + sw128_offset(my_key, c, kN), src + c * 8, base >= 0);
     }
   };
-  const int num_tiles = span.key_hi > span.key_lo ? (span.key_hi - span.key_lo + kN - 1) / kN : 0;
-  if (num_tiles > 0) load_tile(0, key_base(span.key_lo));
+  // A stage's barrier completes once per use: TMA bytes, or thread 0's plain arrival for a
+  // cp.async tile (whose data the loop-top cp.async wait and __syncthreads order).
+  const bool tma = map.rows > 0;
+  const int tile0 = tma ? span.key_lo - span.key_lo % map.rows : span.key_lo;
+  const int num_tiles = span.key_hi > span.key_lo ? (span.key_hi - tile0 + kN - 1) / kN : 0;
+  if (tid == 0) {
+    for (int st = 0; st < Cfg::kStages; ++st) mbarrier::init(&full[st], 1);
+  }
+  __syncthreads();
+  auto issue_tile = [&](int j, int64_t base) {
+    const int stage = j % Cfg::kStages, tile_start = tile0 + j * kN;
+    if (tma && tile_start + kN <= span.key_hi) {
+      if (tid == 0) {
+        mbarrier::arrive_expect_tx(&full[stage], Cfg::kBytesTile);
+        unsigned char* dst = sT + stage * Cfg::kBytesTile;
+        for (int r0 = 0; r0 < kN; r0 += map.rows) {
+          const int kabs = tile_start + r0;
+          const int block = span.table[kabs >> p.log2_block_size];
+          const int slot = kabs & (p.block_size - 1);
+#pragma unroll
+          for (int pk = 0; pk < kMlaEntry / 64; ++pk)
+            tma::load_3d(dst + pk * kN * 128 + r0 * 128, &map.map, pk * 64, slot, block,
+                         &full[stage]);
+        }
+      }
+    } else {
+      load_tile(stage, base);
+      if (tid == 0) mbarrier::arrive(&full[stage]);
+    }
+  };
+  if (num_tiles > 0) issue_tile(0, key_base(tile0));
   cp_async_commit();  // Q and tile 0
-  int64_t next_base = key_base(span.key_lo + kN);
+  int64_t next_base = key_base(tile0 + kN);
 
   // This thread's two accumulator rows (the same in both warpgroups): 16 warp + lane / 4 + 8 i.
   // limit: the last key the row may see (causal for multi-token requests; padding rows see all).
@@ -108,7 +147,8 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
     const int gr = it.row_begin + warp * 16 + lane / 4 + 8 * i;
     limit[i] = gr < span.row_end ? min(span.key_hi - 1, span.ctx + gr / H) : span.key_hi - 1;
   }
-  // The block's first row has the smallest limit: tiles wholly below it need no mask.
+  // The block's first row has the smallest limit: tiles wholly below it (and at or after key_lo)
+  // need no mask.
   const int block_limit = min(span.key_hi - 1, span.ctx + it.row_begin / H);
 
   float o[kHalf / 2];
@@ -124,14 +164,15 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
 
   for (int j = 0; j < num_tiles; ++j) {
     const int st = j % Cfg::kStages;
-    const int tile_start = span.key_lo + j * kN;
+    const int tile_start = tile0 + j * kN;
     cp_async_wait<0>();
     wgmma::fence_proxy_async();  // this thread's copies, to the async proxy (and again below,
-    __syncthreads();             // for everyone's): tile j and Q have landed for all threads;
-    wgmma::fence_proxy_async();  // tile j - 1 and P(j - 1) are no longer read
-    if (j + 1 < num_tiles) load_tile((j + 1) % Cfg::kStages, next_base);
+    __syncthreads();             // for everyone's): tile j (if cp.async) and Q have landed for
+    wgmma::fence_proxy_async();  // all threads; tile j - 1 and P(j - 1) are no longer read
+    if (j + 1 < num_tiles) issue_tile(j + 1, next_base);
     cp_async_commit();
     next_base = key_base(tile_start + 2 * kN);
+    mbarrier::wait(&full[st], (j / Cfg::kStages) & 1);  // tile j's TMA bytes
     const uint32_t a_tile = aT + st * Cfg::kBytesTile;
 
     float alpha[2];
@@ -152,13 +193,14 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
       // Base-2 logits; the mask only on tiles that reach past the block's smallest limit.
 #pragma unroll
       for (int e = 0; e < kN / 2; ++e) s[e] *= p.scale_log2;
-      if (tile_start + kN - 1 > block_limit) {
+      if (tile_start < span.key_lo || tile_start + kN - 1 > block_limit) {
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int key = tile_start + nt * 8 + (lane % 4) * 2 + (e % 2);
-            s[nt * 4 + e] = key <= limit[e / 2] ? s[nt * 4 + e] : kNegInf;
+            const bool ok = key >= span.key_lo && key <= limit[e / 2];
+            s[nt * 4 + e] = ok ? s[nt * 4 + e] : kNegInf;
           }
         }
       }
@@ -170,7 +212,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
       for (int kk = 0; kk < kN / 16; ++kk) {
         sP[kk * 128 + wt] = make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
       }
-      sStat[wt] = make_float4(alpha[0], alpha[1], 0.0f, 0.0f);
+      sAlpha[wt] = make_float2(alpha[0], alpha[1]);
       named_barrier_arrive(kBarP, Cfg::kThreads);
     } else {
       named_barrier_sync(kBarP, Cfg::kThreads);
@@ -182,7 +224,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
         pa[kk][2] = v.z;
         pa[kk][3] = v.w;
       }
-      const float4 a = sStat[wt];
+      const float2 a = sAlpha[wt];
       alpha[0] = a.x;
       alpha[1] = a.y;
     }
@@ -201,8 +243,9 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
   }
   cp_async_wait<0>();
 
-  // Row statistics of warpgroup 0 to warpgroup 1 (the loop's last reads of sStat are done once
-  // every thread passes this barrier).
+  // Row statistics of warpgroup 0 to warpgroup 1, through the P buffer (the loop's last reads of
+  // it are done once every thread passes this barrier).
+  float4* sStat = reinterpret_cast<float4*>(sP);  // [128]
   __syncthreads();
   if (wg == 0) {
 #pragma unroll

@@ -2,6 +2,7 @@
 // src/backends/cuda/mla_cuda_backend.cpp validate arguments before calling them.
 #pragma once
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include "mla/params.h"
@@ -25,10 +26,18 @@ cudaError_t launch_mla_decode_packed(const MlaDecodeParams& p, int rows_per_bloc
                                      cudaStream_t stream);
 
 // Hopper wgmma absorbed decode (decode_wgmma.cuh): 64-row items, bf16 cache, sm_90a builds only
-// (mla_decode_wgmma_built); same outputs as the packed kernel.
+// (mla_decode_wgmma_built); same outputs as the packed kernel. `map` (make_mla_latent_map)
+// selects TMA tile loads; nullptr the cp.async gather.
 inline constexpr int kMlaWgmmaRows = 64;
+struct MlaLatentMap {
+  CUtensorMap map;  // {576 dims, slot, block} of the bf16 latent cache, boxes of 64 x rows
+  int32_t rows;     // keys per box: min(block size, 64)
+};
+// False (map untouched) where TMA does not apply: block size below 8, no driver entry point.
+bool make_mla_latent_map(const void* cache, int64_t num_blocks, int block_size, MlaLatentMap* map);
 bool mla_decode_wgmma_built();
-cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, cudaStream_t stream);
+cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap* map,
+                                    cudaStream_t stream);
 
 // Non-absorbed path: gather latent rows (+ k_pe broadcast into K), then merge partial states.
 cudaError_t launch_mla_gather(const MlaGatherParams& p, DType cache, cudaStream_t stream);

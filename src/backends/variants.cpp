@@ -21,8 +21,9 @@ std::vector<VariantVariable> variant_variables() {
        0, ""},
       {"TRIPATH_MLA_WGMMA", "mla",
        "1: wgmma decode kernel (TMA loads) for 64-row steps on a bf16 cache; 2: the same with "
-       "cp.async loads; 0: the mma.sync packed kernel",
-       2, 1, ""}};
+       "cp.async loads; 3: wgmma on every bf16 step (rows padded to 64); 0: the mma.sync "
+       "packed kernel",
+       3, 1, ""}};
   for (VariantVariable& v : out) {
     const char* value = std::getenv(v.name.c_str());
     if (value != nullptr) v.value = value;

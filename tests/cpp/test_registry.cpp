@@ -422,8 +422,8 @@ TEST(Registry, ReadVariantParsesAndRejects) {
   };
   for (const Bad& b : {Bad{"TRIPATH_FLASH_OVERLAP", "4", "unset, 0, 1, 2 or 3"},
                        Bad{"TRIPATH_FLASH_OVERLAP", "12", "unset, 0, 1, 2 or 3"},
-                       Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0, 1 or 2"},
-                       Bad{"TRIPATH_MLA_WGMMA", "3", "unset, 0, 1 or 2"},
+                       Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0, 1, 2 or 3"},
+                       Bad{"TRIPATH_MLA_WGMMA", "4", "unset, 0, 1, 2 or 3"},
                        Bad{"TRIPATH_FLASH_TMA", "2", "unset, 0 or 1"}}) {
     ScopedEnv env(b.name, b.value);
     try {

@@ -32,7 +32,8 @@ struct MlaGpuCase {
   int work_units = 0;  // 0: the GPU's SM count
   bool lse = true;
   int wgmma = 0;  // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
-                  // 64-row steps with TMA loads, 2 the same with cp.async, 0 the mma.sync one
+                  // 64-row steps with TMA loads, 2 the same with cp.async, 3 wgmma on every
+                  // step (rows padded to 64), 0 the mma.sync one
   std::vector<ReqShape> reqs;
 };
 
@@ -349,6 +350,18 @@ std::vector<MlaGpuCase> all_cases() {
       out.push_back(c);
     }
   }
+  // wgmma on steps under 64 rows per request (TRIPATH_MLA_WGMMA=3: 16 heads x 1-4 tokens, 24 x
+  // 1-4, mixed; one split), rows padded to 64; an fp8 cache keeps mma.sync.
+  for (const char* name : {"decode_h16", "threshold4_h16", "threshold4_h24", "mixed_h16",
+                           "mixed_threshold4_h16", "threshold4_h24_one_split", "edge_tiny",
+                           "mixed_chunked_h16", "fp8_mixed_chunked_h16", "decode_h128"}) {
+    for (MlaGpuCase c : base) {
+      if (c.name != std::string("mla_") + name) continue;
+      c.wgmma = 3;
+      c.name = std::string("mla_wgmma_all_") + name;
+      out.push_back(c);
+    }
+  }
   return out;
 }
 
@@ -585,12 +598,12 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
 #endif
 }
 
-// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 1), 0, 1 or 2: anything else is an
-// error naming it.
+// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 1), 0, 1, 2 or 3: anything else is
+// an error naming it.
 TEST(GpuMlaErrors, WgmmaVariable) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  for (const char* bad : {"3", "yes", "10"}) {
+  for (const char* bad : {"4", "yes", "10"}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", true, bad);
     try {
       create_mla_backend("mla");
@@ -599,7 +612,7 @@ TEST(GpuMlaErrors, WgmmaVariable) {
       EXPECT_NE(std::string(e.what()).find("TRIPATH_MLA_WGMMA"), std::string::npos) << e.what();
     }
   }
-  for (const char* ok : {"0", "1", "2", ""}) {
+  for (const char* ok : {"0", "1", "2", "3", ""}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", true, ok);
     EXPECT_NO_THROW(create_mla_backend("mla")) << "TRIPATH_MLA_WGMMA=" << ok;
   }

@@ -9,7 +9,9 @@
 //        writes the output directly, otherwise partial states and the merge kernel. 64-row
 //        steps on a bf16 cache run the Hopper wgmma kernel (decode_wgmma.cuh; 1.66x the
 //        mma.sync one at 128 heads on the H200) with TMA tile loads; TRIPATH_MLA_WGMMA=0
-//        keeps mma.sync there, =2 runs wgmma with cp.async loads.
+//        keeps mma.sync there, =2 runs wgmma with cp.async loads, =3 runs wgmma (TMA) on
+//        every bf16 step, a request's rows under 64 padded (its items are the same: with at
+//        most 64 rows a request has one row block whatever the block height).
 // Extend and prefill (non-absorbed, q/k 192, v 128), in passes over a bounded workspace: every
 // request's keys are cut into pieces (context pieces of at most `chunk` tokens, then its own new
 // tokens in pieces of at most `chunk`), a pass takes at most one piece of each request up to
@@ -135,7 +137,8 @@ class CudaMlaBackend final : public MlaBackend {
     // Read once, at creation (read_variant: unset takes 1; anything but 0 or 1 is an error).
     const int wgmma = read_variant("TRIPATH_MLA_WGMMA");
     wgmma_decode_ = wgmma >= 1 && kind_ == MlaKind::kPacked;
-    wgmma_tma_ = wgmma == 1;
+    wgmma_tma_ = wgmma != 2;
+    wgmma_all_rows_ = wgmma == 3;
   }
   ~CudaMlaBackend() override {
     if (cublas_ != nullptr) cublasDestroy(cublas_);
@@ -247,7 +250,8 @@ class CudaMlaBackend final : public MlaBackend {
     p.out_scale = cache_scale;
     if (kind_ == MlaKind::kBaseline) {
       TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_baseline(p, c.dtype, stream));
-    } else if (wgmma_decode_ && rows_per_block_ == kernels::kMlaWgmmaRows &&
+    } else if (wgmma_decode_ &&
+               (rows_per_block_ == kernels::kMlaWgmmaRows || wgmma_all_rows_) &&
                c.dtype == DType::kBF16 && cuda_device_info().compute_capability == 90 &&
                kernels::mla_decode_wgmma_built()) {
       // The latent map, encoded once per cache (TMA tile loads; nullptr: cp.async).
@@ -542,7 +546,8 @@ class CudaMlaBackend final : public MlaBackend {
 
   MlaKind kind_;
   bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1 (the default) or 2
-  bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 1: its tiles by TMA (2: by cp.async)
+  bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 1 or 3: its tiles by TMA (2: by cp.async)
+  bool wgmma_all_rows_ = false;  // TRIPATH_MLA_WGMMA 3: also steps under 64 rows (padded)
   using LatentMapKey = std::tuple<const void*, int64_t, int>;  // cache, num_blocks, block_size
   TensorMapCache<LatentMapKey, kernels::MlaLatentMap> latent_maps_;
   kernels::MlaLatentMap latent_map_{};

@@ -458,7 +458,8 @@ int run_bench(const std::vector<std::string>& args) {
   flags.add_choice("layout", &o.layout, {"nhd", "hnd", "tiled"}, "KV cache layout (MHA)");
   flags.add_int("block-size", &o.block_size, 1, 256, "tokens per cache block, a power of two");
   flags.add_int("split-waves", &o.split_waves, 1, 64,
-                "decode split-KV target: work items = waves x work units (StepInput::split_waves)");
+                "decode split-KV target: work items = waves x work units (StepInput::split_waves; "
+                "default 2, MLA steps 1)");
   if (!flags.parse(args)) {
     std::cout << flags.usage();
     return 0;
@@ -545,6 +546,9 @@ int run_bench(const std::vector<std::string>& args) {
   settings.block_size = static_cast<int>(o.block_size);
   settings.seed = static_cast<uint64_t>(o.seed);
   settings.split_waves = static_cast<int>(o.split_waves);
+  // MLA steps take kMlaSplitWaves unless --split-waves says otherwise.
+  settings.mla_split_waves =
+      flags.was_set("split-waves") ? settings.split_waves : tripath::kMlaSplitWaves;
   settings.num_work_units =
       any_gpu_backend && info.gpu_sm_count > 0 ? info.gpu_sm_count : std::max(1, info.num_threads);
 
@@ -616,6 +620,7 @@ int run_bench(const std::vector<std::string>& args) {
                        {"repeats", o.repeats},
                        {"num_work_units", settings.num_work_units},
                        {"split_waves", settings.split_waves},
+                       {"mla_split_waves", settings.mla_split_waves},
                        {"timer", timer_name},
                        {"verify", o.verify},
                        {"tolerance", o.tolerance}};

@@ -45,6 +45,7 @@ StepInput step_input(const ScheduledBatch& batch, const SimConfig& config) {
   in.block_size = config.scheduler.block_size;
   in.num_work_units = config.num_work_units;
   in.num_kv_heads = config.num_kv_heads;
+  in.split_waves = config.split_waves;
   return in;
 }
 

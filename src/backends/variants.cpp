@@ -20,9 +20,8 @@ std::vector<VariantVariable> variant_variables() {
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
       {"TRIPATH_MLA_WGMMA", "mla",
-       "1: wgmma decode kernel (TMA loads) for 64-row steps on a bf16 cache; 2: the same with "
-       "cp.async loads; 3: wgmma on every bf16 step (rows padded to 64); 0: the mma.sync "
-       "packed kernel",
+       "1: wgmma decode kernel for 64-row steps on a bf16 cache; 2: the same with TMA loads; "
+       "3: wgmma (TMA) on every bf16 step, rows padded to 64; 0: the mma.sync packed kernel",
        3, 1, ""}};
   for (VariantVariable& v : out) {
     const char* value = std::getenv(v.name.c_str());

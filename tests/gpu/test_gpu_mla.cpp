@@ -32,8 +32,8 @@ struct MlaGpuCase {
   int work_units = 0;  // 0: the GPU's SM count
   bool lse = true;
   int wgmma = 0;  // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
-                  // 64-row steps with TMA loads, 2 the same with cp.async, 3 wgmma on every
-                  // step (rows padded to 64), 0 the mma.sync one
+                  // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
+                  // padded to 64), 0 the mma.sync one
   std::vector<ReqShape> reqs;
 };
 
@@ -310,9 +310,9 @@ std::vector<MlaGpuCase> all_cases() {
       add(c, "edge_tiny");
     }
   }
-  // The wgmma decode kernel (mla's default, TRIPATH_MLA_WGMMA=1, TMA loads; the cases above pin
-  // 0, the mma.sync kernel) on every step shape with 64+ packed rows per request (blocks of 16
-  // keys: 4 boxes per panel and tile; of 64: one): 64 and 128 heads, one split (direct output), multi-token requests
+  // The wgmma decode kernel (mla's default, TRIPATH_MLA_WGMMA=1; the cases above pin 0, the
+  // mma.sync kernel) on every step shape with 64+ packed rows per request: 64 and 128 heads,
+  // blocks of 16 and 64 keys, one split (direct output), multi-token requests
   // (16 heads x 4 tokens: the causal mask inside a block; 24 x 4 = 96 rows: a half-padded second
   // block), mixed steps; an fp8 cache and 16-head steps, which keep the mma.sync kernel.
   std::vector<MlaGpuCase> base = out;
@@ -340,13 +340,14 @@ std::vector<MlaGpuCase> all_cases() {
       out.push_back(c);
     }
   }
-  // Its cp.async loads (TRIPATH_MLA_WGMMA=2), which also serve the last tile of every item.
+  // Its TMA loads (TRIPATH_MLA_WGMMA=2; blocks of 16 keys: 4 boxes per panel and tile, of 64:
+  // one; the last tile of every item stays cp.async).
   for (const char* name : {"decode_h128", "decode_bs64_h128", "threshold4_h24", "mixed_h128",
                            "threshold4_h24_one_split", "decode_h128_no_lse"}) {
     for (MlaGpuCase c : base) {
       if (c.name != std::string("mla_") + name) continue;
       c.wgmma = 2;
-      c.name = std::string("mla_wgmma_cp_async_") + name;
+      c.name = std::string("mla_wgmma_tma_") + name;
       out.push_back(c);
     }
   }

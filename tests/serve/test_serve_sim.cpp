@@ -3,6 +3,7 @@
 // backend (MHA and MLA), including preemption and shared prefixes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <ostream>
 
 #include "serve_executor.h"
@@ -70,6 +71,27 @@ TEST(Simulation, ClockFollowsMeasuredStepsAndHostTime) {
   EXPECT_GT(r.metrics.extend.tokens, 0);
   EXPECT_GT(r.metrics.prefill.tokens, 0);
   EXPECT_GT(r.metrics.decode.tokens, 0);
+}
+
+// SimConfig::split_waves reaches the planner (serve passes kMlaSplitWaves for MLA models): decode
+// steps over long contexts get at most work units x waves splits, and more with more waves.
+TEST(Simulation, SplitWavesReachThePlanner) {
+  int most[3] = {0, 0, 0};
+  for (int waves : {1, 2}) {
+    FakeExecutor fake;
+    SimConfig config = small_config("deepseek-r1-tp8", 2, 4096, 1024);
+    config.num_work_units = 8;
+    config.split_waves = waves;
+    simulate(config, testing::uniform_trace(2, 3000, 3), fake);
+    for (const StepPlan& plan : fake.plans) {
+      if (plan.decode.num_requests() == 0) continue;
+      const int splits = plan.decode_cu_splits.back();
+      EXPECT_LE(splits, 8 * waves);
+      most[waves] = std::max(most[waves], splits);
+    }
+  }
+  EXPECT_GT(most[1], 2);
+  EXPECT_GT(most[2], most[1]);
 }
 
 TEST(Simulation, PlansAreOrderedEvenWhenTheBatchIsNot) {

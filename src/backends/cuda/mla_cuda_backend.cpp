@@ -8,8 +8,9 @@
 //   mla: 16/32/64-row blocks (heads packed in M); a step whose requests all have one split
 //        writes the output directly, otherwise partial states and the merge kernel. 64-row
 //        steps on a bf16 cache run the Hopper wgmma kernel (decode_wgmma.cuh; 1.66x the
-//        mma.sync one at 128 heads on the H200) with TMA tile loads; TRIPATH_MLA_WGMMA=0
-//        keeps mma.sync there, =2 runs wgmma with cp.async loads, =3 runs wgmma (TMA) on
+//        mma.sync one at 128 heads on the H200), cp.async tile loads; TRIPATH_MLA_WGMMA=0
+//        keeps mma.sync there, =2 loads wgmma's tiles by TMA (measured 3% slower: the
+//        kernel waits on its barriers, not its loads), =3 runs wgmma (TMA) on
 //        every bf16 step, a request's rows under 64 padded (its items are the same: with at
 //        most 64 rows a request has one row block whatever the block height).
 // Extend and prefill (non-absorbed, q/k 192, v 128), in passes over a bounded workspace: every
@@ -137,7 +138,7 @@ class CudaMlaBackend final : public MlaBackend {
     // Read once, at creation (read_variant: unset takes 1; anything but 0 or 1 is an error).
     const int wgmma = read_variant("TRIPATH_MLA_WGMMA");
     wgmma_decode_ = wgmma >= 1 && kind_ == MlaKind::kPacked;
-    wgmma_tma_ = wgmma != 2;
+    wgmma_tma_ = wgmma >= 2;
     wgmma_all_rows_ = wgmma == 3;
   }
   ~CudaMlaBackend() override {
@@ -545,8 +546,8 @@ class CudaMlaBackend final : public MlaBackend {
   int extend_rows() const { return flash_extend() ? kernels::kFlashPrefillRows : 64; }
 
   MlaKind kind_;
-  bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1 (the default) or 2
-  bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 1 or 3: its tiles by TMA (2: by cp.async)
+  bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1 (the default), 2 or 3
+  bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 2 or 3: its tiles by TMA (1: by cp.async)
   bool wgmma_all_rows_ = false;  // TRIPATH_MLA_WGMMA 3: also steps under 64 rows (padded)
   using LatentMapKey = std::tuple<const void*, int64_t, int>;  // cache, num_blocks, block_size
   TensorMapCache<LatentMapKey, kernels::MlaLatentMap> latent_maps_;

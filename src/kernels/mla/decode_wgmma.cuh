@@ -12,7 +12,8 @@
 // accumulator (128 registers a thread), which is what makes a 512-wide value fit. The latent
 // tile serves as K (all 9 panels, K-major) and V (panels 0-7, MN-major) without a copy.
 // Loads, one tile ahead (two 72 KB stages + 72 KB of Q: 226 KB, one block per SM): with a
-// latent map (map.rows > 0) thread 0 issues a TMA box copy per (cache block, 64-dim panel) of
+// latent map (map.rows > 0; TRIPATH_MLA_WGMMA=2 or 3, measured 3% slower than cp.async on the
+// H200: the warps wait at the P hand-off and the loop-top barrier, not on loads) thread 0 issues a TMA box copy per (cache block, 64-dim panel) of
 // every tile of whole keys below key_hi, landing 128-byte-swizzled on the stage's mbarrier;
 // tiles then start on a multiple of map.rows and keys before key_lo are masked. The last tile of
 // an item (keys past key_hi zero-filled, so no NaN from stale slots reaches P V) and every tile

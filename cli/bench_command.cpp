@@ -12,6 +12,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <type_traits>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -44,6 +45,7 @@ constexpr long long kGpuRepeats = 20;
 constexpr long long kGpuWarmup = 3;
 
 struct Options {
+  bool split_waves_set = false;  // --split-waves given: every step takes it
   std::string backend;
   std::string mla_backend;
   std::string workload = "all";
@@ -278,6 +280,15 @@ void bench_step(Step& step, const std::vector<std::string>& backend_names, const
   }
   bool cache_touched = false;
   for (const std::string& name : backend_names) {
+    if constexpr (std::is_same_v<Step, MlaStep>) {
+      // Each MLA backend's own split-KV plan (the order, blocks and data stay the step's).
+      const int waves = options.split_waves_set ? static_cast<int>(options.split_waves)
+                                                : mla_split_waves(name);
+      if (step.step.input.split_waves != waves) {
+        step.step.input.split_waves = waves;
+        step.step.plan = plan_step(step.step.input);
+      }
+    }
     Entry e = base;
     e.backend = name;
     auto backend = make_backend(step, name);
@@ -459,7 +470,7 @@ int run_bench(const std::vector<std::string>& args) {
   flags.add_int("block-size", &o.block_size, 1, 256, "tokens per cache block, a power of two");
   flags.add_int("split-waves", &o.split_waves, 1, 64,
                 "decode split-KV target: work items = waves x work units (StepInput::split_waves; "
-                "default 2, MLA steps 1)");
+                "default 2, and 1 for the mla backend: mla_split_waves)");
   if (!flags.parse(args)) {
     std::cout << flags.usage();
     return 0;
@@ -546,9 +557,7 @@ int run_bench(const std::vector<std::string>& args) {
   settings.block_size = static_cast<int>(o.block_size);
   settings.seed = static_cast<uint64_t>(o.seed);
   settings.split_waves = static_cast<int>(o.split_waves);
-  // MLA steps take kMlaSplitWaves unless --split-waves says otherwise.
-  settings.mla_split_waves =
-      flags.was_set("split-waves") ? settings.split_waves : tripath::kMlaSplitWaves;
+  o.split_waves_set = flags.was_set("split-waves");
   settings.num_work_units =
       any_gpu_backend && info.gpu_sm_count > 0 ? info.gpu_sm_count : std::max(1, info.num_threads);
 
@@ -620,7 +629,8 @@ int run_bench(const std::vector<std::string>& args) {
                        {"repeats", o.repeats},
                        {"num_work_units", settings.num_work_units},
                        {"split_waves", settings.split_waves},
-                       {"mla_split_waves", settings.mla_split_waves},
+                       {"mla_split_waves", o.split_waves_set ? std::to_string(o.split_waves)
+                                                             : "per backend (mla_split_waves)"},
                        {"timer", timer_name},
                        {"verify", o.verify},
                        {"tolerance", o.tolerance}};

@@ -224,9 +224,7 @@ MhaStep build_mha_step(const ModelPreset& model, const StepLengths& lengths,
 MlaStep build_mla_step(const ModelPreset& model, const StepLengths& lengths,
                        const StepSettings& settings) {
   MlaStep s;
-  StepSettings mla_settings = settings;
-  mla_settings.split_waves = settings.mla_split_waves;
-  s.step = plan_random_step(lengths, 1, mla_settings);
+  s.step = plan_random_step(lengths, 1, settings);
   const StepPlan& plan = s.step.plan;
   const int64_t tokens = plan.num_tokens;
   const int64_t decode_tokens = plan.decode.num_tokens();

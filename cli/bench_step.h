@@ -40,7 +40,6 @@ struct StepSettings {
   uint64_t seed = 0;
   int num_work_units = 1;    // StepInput::num_work_units: threads on a CPU, SMs on a GPU
   int split_waves = StepInput{}.split_waves;  // StepInput::split_waves (decode split-KV target)
-  int mla_split_waves = kMlaSplitWaves;       // the same for MLA steps
   double pool_factor = 1.5;  // cache blocks allocated / blocks needed
 };
 

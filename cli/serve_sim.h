@@ -43,7 +43,7 @@ struct SimConfig {
   bool attribute_bytes = true;    // path attribution: FLOPs and bytes (GPU) or FLOPs (CPU)
   int num_work_units = 1;         // StepInput::num_work_units: SMs on a GPU, threads on a CPU
   int num_kv_heads = 1;           // StepInput::num_kv_heads (MLA: 1)
-  int split_waves = StepInput{}.split_waves;  // StepInput::split_waves (MLA: kMlaSplitWaves)
+  int split_waves = StepInput{}.split_waves;  // StepInput::split_waves (MLA: mla_split_waves)
   bool check_invariants = false;  // check the block manager after every step (tests)
 };
 

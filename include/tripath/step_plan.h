@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace tripath {
@@ -31,11 +32,15 @@ struct StepInput {
   int split_waves = 2;                   // decode slots per work unit (resident blocks per SM)
 };
 
-// split_waves for MLA steps: the `mla` backend's decode kernels (mma.sync packed and wgmma) run
+// split_waves for the `mla` backend's steps: its decode kernels (mma.sync packed and wgmma) run
 // one block per SM, so a second wave of splits only adds merge work (H200, mla-decode-4k: 259
-// -> 240 us at 128 heads, 129 -> 120 us at 16; decode-mixed unchanged). Engines planning MLA
-// layers pass it; bench and serve do.
+// -> 240 us at 128 heads, 129 -> 120 us at 16; decode-mixed unchanged). mla_baseline (several
+// blocks per SM) keeps StepInput's default: at 1 it measured 279 against 176 us at 16 heads.
+// mla_split_waves(backend) says which; bench and serve plan with it.
 inline constexpr int kMlaSplitWaves = 1;
+inline int mla_split_waves(std::string_view mla_backend) {
+  return mla_backend == "mla" ? kMlaSplitWaves : StepInput{}.split_waves;
+}
 
 struct PathRange {
   int32_t begin = 0, end = 0;              // request positions in the ordered batch

@@ -374,3 +374,12 @@ TEST(PlanStepBadInput, OrderedInputOfAnotherStep) {
 }
 
 }  // namespace
+
+// The mla backend's kernels run one block per SM: its steps plan one wave of splits; the others
+// keep StepInput's default.
+TEST(StepPlanDefaults, MlaSplitWavesPerBackend) {
+  EXPECT_EQ(tripath::mla_split_waves("mla"), tripath::kMlaSplitWaves);
+  EXPECT_EQ(tripath::kMlaSplitWaves, 1);
+  EXPECT_EQ(tripath::mla_split_waves("mla_baseline"), tripath::StepInput{}.split_waves);
+  EXPECT_EQ(tripath::mla_split_waves("reference"), tripath::StepInput{}.split_waves);
+}

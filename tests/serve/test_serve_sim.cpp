@@ -73,7 +73,7 @@ TEST(Simulation, ClockFollowsMeasuredStepsAndHostTime) {
   EXPECT_GT(r.metrics.decode.tokens, 0);
 }
 
-// SimConfig::split_waves reaches the planner (serve passes kMlaSplitWaves for MLA models): decode
+// SimConfig::split_waves reaches the planner (serve passes mla_split_waves for MLA models): decode
 // steps over long contexts get at most work units x waves splits, and more with more waves.
 TEST(Simulation, SplitWavesReachThePlanner) {
   int most[3] = {0, 0, 0};

@@ -15,8 +15,8 @@
 //       masks only on tiles that need them);
 //       O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
 //       operand layout) and V MN-major from shared memory.
-//     Other consumer modes (FlashConsumerMode, three_path's TRIPATH_FLASH_OVERLAP; opt-in
-//     until measured faster): kOverlap (=1), FA3's order inside a warpgroup,
+//     Other consumer modes (FlashConsumerMode, three_path's TRIPATH_FLASH_OVERLAP; opt-in: on
+//     the H200 each measured slower than this loop with cp.async and with TMA loads): kOverlap (=1), FA3's order inside a warpgroup,
 //     S(j + 1) and P V(j) issued back to back and softmax(j + 1) under P V(j); kWide (=2), the
 //     same with 128-key tiles and a producer warpgroup that hands its registers over
 //     (setmaxnreg); kPingPong (=3), kOverlap with the two warpgroups taking turns at issuing.

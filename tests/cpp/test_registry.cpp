@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "paged_step.h"
+#include "scoped_env.h"
 
 namespace {
 
@@ -17,32 +18,7 @@ bool have_cuda_gpu() {
   return info.with_cuda && info.gpu_found;
 }
 
-// Sets an environment variable for the scope of a test, restoring the previous value.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
+using tripath::test_support::ScopedEnv;
 
 TEST(Registry, ListsEveryBackendName) {
   std::set<std::string> mha, mla;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "scoped_env.h"
 #include "tripath/tripath.h"
 
 #ifdef TRIPATH_WITH_CUDA
@@ -61,23 +62,7 @@ class DeviceMem {
 
 #endif
 
-// Sets an environment variable for one scope (the backends read their kernel variants, e.g.
-// TRIPATH_FLASH_TMA or TRIPATH_MLA_WGMMA, at creation).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, bool set, const char* value = "1") : name_(name), set_(set) {
-    if (set_) setenv(name_, value, 1);
-  }
-  ~ScopedEnv() {
-    if (set_) unsetenv(name_);
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool set_;
-};
+using tripath::test_support::ScopedEnv;
 
 // One request of a generated step.
 struct ReqShape {

@@ -338,10 +338,10 @@ TEST_P(GpuBackendTest, MatchesReference) {
     GTEST_SKIP() << "specialization " << spec_name(c.dim, c.dtype, c.cache) << " not built";
   std::unique_ptr<AttentionBackend> backend;
   {
-    ScopedEnv tma("TRIPATH_FLASH_TMA", true, c.flash_tma ? "1" : "0");
-    ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather);
+    ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma ? "1" : "0");
+    ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
     const std::string overlap_value = std::to_string(c.flash_overlap);
-    ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", c.flash_overlap != 0, overlap_value.c_str());
+    ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", overlap_value.c_str());
     backend = create_attention_backend(c.backend);
   }
   const uint64_t seed = std::hash<std::string>{}(c.name);
@@ -417,7 +417,7 @@ TEST(GpuGraph, CaptureAndReplay) {
       std::unique_ptr<AttentionBackend> backend;
       {
         const bool gather = name == "three_path_gather";
-        ScopedEnv env("TRIPATH_EXTEND_GATHER", gather);
+        ScopedEnv env("TRIPATH_EXTEND_GATHER", gather ? "1" : "0");
         backend = create_attention_backend(gather ? "three_path" : name);
       }
       HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype,
@@ -467,7 +467,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
                       Bad{"TRIPATH_FLASH_OVERLAP", "4"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"}}) {
-    ScopedEnv env(b.name, true, b.value);
+    ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
       ADD_FAILURE() << b.name << "=" << b.value << " was accepted";
@@ -477,7 +477,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   }
   for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER"}) {
     for (const char* ok : {"0", ""}) {
-      ScopedEnv env(name, true, ok);
+      ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";
     }
   }

@@ -385,7 +385,7 @@ TEST_P(GpuMlaTest, MatchesReference) {
   std::unique_ptr<MlaBackend> backend;
   {
     const std::string wgmma_value = std::to_string(c.wgmma);
-    ScopedEnv wgmma("TRIPATH_MLA_WGMMA", true, wgmma_value.c_str());
+    ScopedEnv wgmma("TRIPATH_MLA_WGMMA", wgmma_value.c_str());
     backend = create_mla_backend(c.backend);
   }
   MlaDevice d;
@@ -605,7 +605,7 @@ TEST(GpuMlaErrors, WgmmaVariable) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
   for (const char* bad : {"4", "yes", "10"}) {
-    ScopedEnv env("TRIPATH_MLA_WGMMA", true, bad);
+    ScopedEnv env("TRIPATH_MLA_WGMMA", bad);
     try {
       create_mla_backend("mla");
       ADD_FAILURE() << "TRIPATH_MLA_WGMMA=" << bad << " was accepted";
@@ -614,7 +614,7 @@ TEST(GpuMlaErrors, WgmmaVariable) {
     }
   }
   for (const char* ok : {"0", "1", "2", "3", ""}) {
-    ScopedEnv env("TRIPATH_MLA_WGMMA", true, ok);
+    ScopedEnv env("TRIPATH_MLA_WGMMA", ok);
     EXPECT_NO_THROW(create_mla_backend("mla")) << "TRIPATH_MLA_WGMMA=" << ok;
   }
 #endif

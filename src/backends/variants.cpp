@@ -15,8 +15,9 @@ std::vector<VariantVariable> variant_variables() {
       {"TRIPATH_FLASH_TMA", "three_path", "1: flash K/V tiles by TMA box copies; 0: by cp.async", 1,
        1, ""},
       {"TRIPATH_FLASH_OVERLAP", "three_path",
-       "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong", 3,
-       0, ""},
+       "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong; "
+       "4: 128-key tiles, producer warpgroup, serial consumers",
+       4, 0, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
       {"TRIPATH_MLA_WGMMA", "mla",

@@ -31,7 +31,8 @@ struct GpuCase {
                                  // 0 cp.async gathers
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   int flash_overlap = 0;         // three_path with TRIPATH_FLASH_OVERLAP=1 (pipelined consumers),
-                                 // 2 (also 128-key tiles, producer warpgroup) or 3 (ping-pong)
+                                 // 2 (also 128-key tiles, producer warpgroup), 3 (ping-pong)
+                                 // or 4 (128-key tiles, serial loop)
   std::vector<ReqShape> reqs;
 };
 
@@ -203,7 +204,7 @@ std::vector<GpuCase> all_cases() {
         g.flash_tma = false;
         add(g, "cp_async_" + t.name);
       }
-      // The other consumer loops (TRIPATH_FLASH_OVERLAP=1, 2, 3) on the same cases (they apply
+      // The other consumer loops (TRIPATH_FLASH_OVERLAP=1 to 4) on the same cases (they apply
       // to head dims <= 128; the others check that they are ignored there), plus long prompts
       // with odd and even tile counts.
       c = base;
@@ -214,10 +215,11 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {1, 2, 3}) {
+      for (int mode : {1, 2, 3, 4}) {
         for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
-          add(t, (mode == 1 ? "overlap_" : mode == 2 ? "wide_" : "pingpong_") + t.name);
+          const char* prefix[] = {"", "overlap_", "wide_", "pingpong_", "wide_serial_"};
+          add(t, prefix[mode] + t.name);
         }
       }
       // Extend chunks gathered to a contiguous workspace: every layout, cache block sizes 16
@@ -465,7 +467,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
 #ifdef TRIPATH_WITH_CUDA
   struct Bad { const char* name; const char* value; };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
-                      Bad{"TRIPATH_FLASH_OVERLAP", "4"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
+                      Bad{"TRIPATH_FLASH_OVERLAP", "5"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"}}) {
     ScopedEnv env(b.name, b.value);
     try {

@@ -68,12 +68,14 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //   TRIPATH_FLASH_OVERLAP=1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
   //     order; =2: the same with 128-key tiles and a producer warpgroup that hands its
   //     registers to the consumers; =3: the same order, the two consumer warpgroups taking
-  //     turns at the tensor cores (FA3's ping-pong).
+  //     turns at the tensor cores (FA3's ping-pong); =4: =2's 128-key tiles and producer
+  //     warpgroup with the serial loop.
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   The others default to 0 (off). A value outside the list is an error naming the variable.
   ThreePathBackend() {
     flash_tma_ = read_variant("TRIPATH_FLASH_TMA") == 1;
-    // FlashConsumerMode's values are the variable's: 0 serial, 1 overlap, 2 wide, 3 ping-pong.
+    // FlashConsumerMode's values are the variable's: 0 serial, 1 overlap, 2 wide, 3 ping-pong,
+    // 4 wide tiles with the serial loop.
     flash_mode_ = static_cast<kernels::FlashConsumerMode>(read_variant("TRIPATH_FLASH_OVERLAP"));
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
   }

@@ -19,7 +19,8 @@
 //     the H200 each measured slower than this loop with cp.async and with TMA loads): kOverlap (=1), FA3's order inside a warpgroup,
 //     S(j + 1) and P V(j) issued back to back and softmax(j + 1) under P V(j); kWide (=2), the
 //     same with 128-key tiles and a producer warpgroup that hands its registers over
-//     (setmaxnreg); kPingPong (=3), kOverlap with the two warpgroups taking turns at issuing.
+//     (setmaxnreg); kPingPong (=3), kOverlap with the two warpgroups taking turns at issuing;
+//     kWideSerial (=4), kWide's 128-key tiles and producer warpgroup with this serial loop.
 // K/V loads: with tensor maps (kTma; three_path's default, TRIPATH_FLASH_TMA=0 turns it off)
 // one producer thread issues a TMA box copy per (cache block, 64-wide panel) for every tile of
 // whole keys; on the tiled layout the copy lands already swizzled, since its 16-byte chunks are
@@ -76,12 +77,13 @@ struct FlashPrefillConfig {
 template <int D, int DV, typename T, bool kTma,
           FlashConsumerMode kMode = FlashConsumerMode::kSerial>
 __global__ void __launch_bounds__(
-    FlashPrefillConfig<D, DV, kMode == FlashConsumerMode::kWide>::kThreads, 1)
+    FlashPrefillConfig<D, DV, flash_mode_is_wide(kMode)>::kThreads, 1)
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kOverlap = kMode != FlashConsumerMode::kSerial;
-  constexpr bool kWide = kMode == FlashConsumerMode::kWide;
+  constexpr bool kOverlap =
+      kMode != FlashConsumerMode::kSerial && kMode != FlashConsumerMode::kWideSerial;
+  constexpr bool kWide = flash_mode_is_wide(kMode);
   constexpr bool kPingPong = kMode == FlashConsumerMode::kPingPong;
   using Cfg = FlashPrefillConfig<D, DV, kWide>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
@@ -472,6 +474,10 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
     }
     if (mode == M::kWide) {
       return launch_mode(std::integral_constant<M, M::kWide>{}, FlashPrefillConfig<D, DV, true>{});
+    }
+    if (mode == M::kWideSerial) {
+      return launch_mode(std::integral_constant<M, M::kWideSerial>{},
+                         FlashPrefillConfig<D, DV, true>{});
     }
   }
   return launch_mode(std::integral_constant<M, M::kSerial>{}, Base{});

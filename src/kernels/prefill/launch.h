@@ -28,8 +28,20 @@ struct FlashTensorMaps {
 // The flash kernel's consumer loop: kSerial (measured, the default), kOverlap (FA3's order
 // inside a warpgroup), kWide (kOverlap with 128-key tiles and a producer warpgroup that hands
 // its registers to the consumers), kPingPong (kOverlap with the two consumer warpgroups taking
-// turns at the tensor cores). All but kSerial apply to head dims <= 128 (q/k = v dims).
-enum class FlashConsumerMode : int { kSerial = 0, kOverlap = 1, kWide = 2, kPingPong = 3 };
+// turns at the tensor cores), kWideSerial (kWide's tiles and producer warpgroup with the serial
+// loop: FA3's 128-key tile shape without its order). All but kSerial apply to head dims <= 128
+// (q/k = v dims).
+enum class FlashConsumerMode : int {
+  kSerial = 0,
+  kOverlap = 1,
+  kWide = 2,
+  kPingPong = 3,
+  kWideSerial = 4
+};
+// Modes that run FlashPrefillConfig's wide shape (128-key tiles, a producer warpgroup).
+constexpr bool flash_mode_is_wide(FlashConsumerMode m) {
+  return m == FlashConsumerMode::kWide || m == FlashConsumerMode::kWideSerial;
+}
 
 template <int D, int DV, typename T>
 cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorMaps* maps,

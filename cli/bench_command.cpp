@@ -291,6 +291,10 @@ void bench_step(Step& step, const std::vector<std::string>& backend_names, const
     }
     Entry e = base;
     e.backend = name;
+    // The plan this backend runs (an MLA backend may have re-planned above).
+    e.num_splits = step.step.plan.num_splits();
+    e.split_tokens = step.step.plan.split_tokens;
+    e.num_chunks = step.step.plan.num_chunks;
     auto backend = make_backend(step, name);
     if (!backend) throw Error("no backend named '" + name + "' could be created");
     e.unsupported = unsupported_reason(*backend, step);

@@ -222,6 +222,16 @@ std::vector<GpuCase> all_cases() {
           add(t, prefix[mode] + t.name);
         }
       }
+      // Whole 128-key tiles gathered by the producer warpgroup's cp.async (TMA off).
+      for (GpuCase t : tma) {
+        if (t.name.rfind("mixed_d", 0) != 0 && t.name != "many_chunks_tiled" &&
+            t.name != "bs64_hnd") {
+          continue;
+        }
+        t.flash_tma = false;
+        t.flash_overlap = 4;
+        add(t, "cp_async_wide_serial_" + t.name);
+      }
       // Extend chunks gathered to a contiguous workspace: every layout, cache block sizes 16
       // and 64, head dims, the features, many chunks with starts that are not block-aligned,
       // a context over the default budget, fp8 (unified kernel) and the cp.async loads on the
@@ -420,6 +430,7 @@ TEST(GpuGraph, CaptureAndReplay) {
       {
         const bool gather = name == "three_path_gather";
         ScopedEnv env("TRIPATH_EXTEND_GATHER", gather ? "1" : "0");
+        ScopedEnv tma("TRIPATH_FLASH_TMA", nullptr), overlap("TRIPATH_FLASH_OVERLAP", nullptr);
         backend = create_attention_backend(gather ? "three_path" : name);
       }
       HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype,

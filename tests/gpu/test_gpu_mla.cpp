@@ -517,7 +517,11 @@ TEST(GpuMlaForms, AbsorbedEqualsNonAbsorbed) {
           for (int k = 0; k < 128; ++k) nonabs.q[(t * H + h) * kMlaQkDim + k] = bf16_bits(qn[k]);
         }
       }
-      auto backend = create_mla_backend(name);
+      std::unique_ptr<MlaBackend> backend;
+      {
+        ScopedEnv defaults("TRIPATH_MLA_WGMMA", nullptr);  // the default kernels
+        backend = create_mla_backend(name);
+      }
       const MlaParams params = mla_params(H);
       std::vector<float> out_abs, lse_abs, out_non, lse_non;
       for (MlaHostStep* s : {&abs, &nonabs}) {
@@ -563,7 +567,11 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
       const int H = 128;
       const MlaHostStep s = make_mla_step({{1, 3000}, {1, 100}, {1, 7000}, {1, 1}}, H, 16, 1,
                                           DType::kBF16, 32768, work_units, 21);
-      auto backend = create_mla_backend(name);
+      std::unique_ptr<MlaBackend> backend;
+      {
+        ScopedEnv defaults("TRIPATH_MLA_WGMMA", nullptr);  // the default kernels
+        backend = create_mla_backend(name);
+      }
       MlaDevice d;
       upload(s, d);
       const MlaInputs base = make_inputs(s, Device::kCUDA, d.buffers(true, true), DType::kBF16);

@@ -328,41 +328,33 @@ std::vector<MlaGpuCase> all_cases() {
       base.push_back(c);
     }
   }
-  for (const char* name : {"decode_h64", "decode_h128", "decode_bs64_h128", "decode_one_split_h128",
-                           "threshold4_h16", "threshold4_h24", "threshold4_h128", "mixed_h128",
-                           "mixed_bs64_h64", "fp8_decode_h128", "decode_h16",
-                           "mixed_threshold4_h16", "threshold4_h24_one_split",
-                           "decode_h128_no_lse"}) {
-    for (MlaGpuCase c : base) {
-      if (c.name != std::string("mla_") + name) continue;
-      c.wgmma = 1;
-      c.name = std::string("mla_wgmma_") + name;
-      out.push_back(c);
+  // The `mla_<name>` cases of `names` again, with TRIPATH_MLA_WGMMA=value, named prefix + name.
+  auto add_wgmma = [&](std::initializer_list<const char*> names, int value, const char* prefix) {
+    for (const char* name : names) {
+      for (MlaGpuCase c : base) {
+        if (c.name != std::string("mla_") + name) continue;
+        c.wgmma = value;
+        c.name = std::string(prefix) + name;
+        out.push_back(c);
+      }
     }
-  }
+  };
+  add_wgmma({"decode_h64", "decode_h128", "decode_bs64_h128", "decode_one_split_h128",
+             "threshold4_h16", "threshold4_h24", "threshold4_h128", "mixed_h128", "mixed_bs64_h64",
+             "fp8_decode_h128", "decode_h16", "mixed_threshold4_h16", "threshold4_h24_one_split",
+             "decode_h128_no_lse"},
+            1, "mla_wgmma_");
   // Its TMA loads (TRIPATH_MLA_WGMMA=2; blocks of 16 keys: 4 boxes per panel and tile, of 64:
   // one; the last tile of every item stays cp.async).
-  for (const char* name : {"decode_h128", "decode_bs64_h128", "threshold4_h24", "mixed_h128",
-                           "threshold4_h24_one_split", "decode_h128_no_lse"}) {
-    for (MlaGpuCase c : base) {
-      if (c.name != std::string("mla_") + name) continue;
-      c.wgmma = 2;
-      c.name = std::string("mla_wgmma_tma_") + name;
-      out.push_back(c);
-    }
-  }
+  add_wgmma({"decode_h128", "decode_bs64_h128", "threshold4_h24", "mixed_h128",
+             "threshold4_h24_one_split", "decode_h128_no_lse"},
+            2, "mla_wgmma_tma_");
   // wgmma on steps under 64 rows per request (TRIPATH_MLA_WGMMA=3: 16 heads x 1-4 tokens, 24 x
   // 1-4, mixed; one split), rows padded to 64; an fp8 cache keeps mma.sync.
-  for (const char* name : {"decode_h16", "threshold4_h16", "threshold4_h24", "mixed_h16",
-                           "mixed_threshold4_h16", "threshold4_h24_one_split", "edge_tiny",
-                           "mixed_chunked_h16", "fp8_mixed_chunked_h16", "decode_h128"}) {
-    for (MlaGpuCase c : base) {
-      if (c.name != std::string("mla_") + name) continue;
-      c.wgmma = 3;
-      c.name = std::string("mla_wgmma_all_") + name;
-      out.push_back(c);
-    }
-  }
+  add_wgmma({"decode_h16", "threshold4_h16", "threshold4_h24", "mixed_h16", "mixed_threshold4_h16",
+             "threshold4_h24_one_split", "edge_tiny", "mixed_chunked_h16", "fp8_mixed_chunked_h16",
+             "decode_h128"},
+            3, "mla_wgmma_all_");
   return out;
 }
 

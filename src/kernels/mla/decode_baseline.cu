@@ -62,13 +62,8 @@ __global__ void __launch_bounds__(128)
   const int H = p.num_heads;
   const MlaItemSpan span = mla_item_span(p, it, kRows);
 
-  for (int idx = tid; idx < kRows * kChunks; idx += Cfg::kThreads) {
-    const int r = idx / kChunks, c = idx % kChunks;
-    const bool valid = it.row_begin + r < span.row_end;
-    const bf16* src =
-        static_cast<const bf16*>(p.q) + (valid ? (span.row0 + r) * kMlaEntry + c * 8 : 0);
-    cp_async_16(sQ + r * kStride + c * 8, src, valid);
-  }
+  mla_load_q_rows<kRows, Cfg::kThreads>(p, it, span,
+                                        [&](int r, int c) { return sQ + r * kStride + c * 8; });
   cp_async_commit();
   if (tid < kRows) {
     sM[tid] = kNegInf;

@@ -1,9 +1,11 @@
 // What one absorbed-decode work item covers, as every MLA decode kernel (baseline, packed,
-// wgmma) reads it: its packed rows and key range, and where a key's latent row lives.
+// wgmma) reads it: its packed rows and key range, where a key's latent row lives, and the load
+// of its query rows.
 #pragma once
 
 #include <cstdint>
 
+#include "common/device_math.cuh"
 #include "mla/params.h"
 
 namespace tripath::kernels {
@@ -39,6 +41,21 @@ __device__ __forceinline__ int64_t mla_latent_offset(const MlaDecodeParams& p, c
   const int64_t row =
       int64_t(s.table[kabs >> p.log2_block_size]) * p.block_size + (kabs & (p.block_size - 1));
   return row * kMlaEntry;
+}
+
+// The block's query rows into shared memory by cp.async (Q is bf16 in every MLA kernel), rows
+// past row_end zero-filled: row r's 16-byte chunk c lands at dst(r, c), the kernel's layout.
+template <int kRows, int kThreads, class Dst>
+__device__ __forceinline__ void mla_load_q_rows(const MlaDecodeParams& p, const MlaDecodeWorkItem& it,
+                                                const MlaItemSpan& span, Dst dst) {
+  constexpr int kChunks = kMlaEntry / 8;
+  for (int idx = threadIdx.x; idx < kRows * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool valid = it.row_begin + r < span.row_end;
+    const bf16* src =
+        static_cast<const bf16*>(p.q) + (valid ? (span.row0 + r) * kMlaEntry + c * 8 : 0);
+    cp_async_16(dst(r, c), src, valid);
+  }
 }
 
 }  // namespace tripath::kernels

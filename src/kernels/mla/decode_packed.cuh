@@ -103,13 +103,8 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   const MlaItemSpan span = mla_item_span(p, it, kM);
 
   // Q rows (padding rows zero-filled), then the running softmax state.
-  for (int idx = tid; idx < kM * kRC; idx += Cfg::kThreads) {
-    const int r = idx / kRC, c = idx % kRC;
-    const bool valid = it.row_begin + r < span.row_end;
-    const bf16* src =
-        static_cast<const bf16*>(p.q) + (valid ? (span.row0 + r) * kMlaEntry + c * 8 : 0);
-    cp_async_16(sQ + mla_swizzle<kRC>(r, c), src, valid);
-  }
+  mla_load_q_rows<kM, Cfg::kThreads>(p, it, span,
+                                     [&](int r, int c) { return sQ + mla_swizzle<kRC>(r, c); });
   if (tid < kM) {
     sMax[tid] = kNegInf;
     sSum[tid] = 0.0f;

@@ -81,13 +81,8 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
   const MlaItemSpan span = mla_item_span(p, it, kM);
 
   // Q rows into the swizzled panels (rows past row_end zero-filled).
-  for (int idx = tid; idx < kM * kRC; idx += Cfg::kThreads) {
-    const int r = idx / kRC, c = idx % kRC;
-    const bool valid = it.row_begin + r < span.row_end;
-    const bf16* src =
-        static_cast<const bf16*>(p.q) + (valid ? (span.row0 + r) * kMlaEntry + c * 8 : 0);
-    cp_async_16(sQ + sw128_offset(r, c, kM), src, valid);
-  }
+  mla_load_q_rows<kM, Cfg::kThreads>(p, it, span,
+                                     [&](int r, int c) { return sQ + sw128_offset(r, c, kM); });
   // Tile loads: thread t copies key t / 4 of the tile, chunks t % 4 + 4 i; its block-table
   // entry is looked up a tile ahead (next_base). Keys past key_hi are zero-filled (and masked).
   constexpr int kTPK = Cfg::kThreads / kN;

@@ -359,8 +359,9 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
   }
   EXPECT_EQ(names, (std::vector<std::string>{"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP",
                                               "TRIPATH_EXTEND_GATHER", "TRIPATH_MLA_WGMMA"}));
-  // The measured-faster kernels are the defaults: TMA loads and the wgmma MLA decode kernel.
-  EXPECT_EQ(defaults, (std::vector<int>{1, 0, 0, 1}));
+  // The measured-faster kernels are the defaults: TMA loads, 128-key flash tiles with the
+  // serial consumer loop, and the wgmma MLA decode kernel.
+  EXPECT_EQ(defaults, (std::vector<int>{1, 4, 0, 1}));
 }
 
 // read_variant, the parser the GPU backends use at creation: unset / empty -> the default, a
@@ -369,11 +370,11 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
 TEST(Registry, ReadVariantParsesAndRejects) {
   {
     ScopedEnv unset("TRIPATH_FLASH_OVERLAP", nullptr);
-    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 0);
+    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 4);
   }
   {
     ScopedEnv empty("TRIPATH_FLASH_OVERLAP", "");
-    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 0);
+    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 4);
   }
   for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_MLA_WGMMA"}) {
     {

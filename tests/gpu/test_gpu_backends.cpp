@@ -30,9 +30,10 @@ struct GpuCase {
   bool flash_tma = true;         // three_path's TRIPATH_FLASH_TMA: 1 (default) TMA K/V loads,
                                  // 0 cp.async gathers
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
-  int flash_overlap = 0;         // three_path with TRIPATH_FLASH_OVERLAP=1 (pipelined consumers),
-                                 // 2 (also 128-key tiles, producer warpgroup), 3 (ping-pong)
-                                 // or 4 (128-key tiles, serial loop)
+  int flash_overlap = 4;         // three_path's TRIPATH_FLASH_OVERLAP: 4 (default: 128-key
+                                 // tiles, serial loop), 0 (64-key tiles, serial loop),
+                                 // 1 (pipelined consumers), 2 (also 128-key tiles, producer
+                                 // warpgroup) or 3 (ping-pong)
   std::vector<ReqShape> reqs;
 };
 
@@ -204,7 +205,7 @@ std::vector<GpuCase> all_cases() {
         g.flash_tma = false;
         add(g, "cp_async_" + t.name);
       }
-      // The other consumer loops (TRIPATH_FLASH_OVERLAP=1 to 4) on the same cases (they apply
+      // The other consumer loops (TRIPATH_FLASH_OVERLAP=0 to 3) on the same cases (they apply
       // to head dims <= 128; the others check that they are ignored there), plus long prompts
       // with odd and even tile counts.
       c = base;
@@ -215,22 +216,23 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {1, 2, 3, 4}) {
+      for (int mode : {0, 1, 2, 3}) {
         for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
-          const char* prefix[] = {"", "overlap_", "wide_", "pingpong_", "wide_serial_"};
+          const char* prefix[] = {"serial_", "overlap_", "wide_", "pingpong_"};
           add(t, prefix[mode] + t.name);
         }
       }
-      // Whole 128-key tiles gathered by the producer warpgroup's cp.async (TMA off).
+      // The 64-key tiles' serial loop gathered by cp.async (the cp_async_ cases above run the
+      // default 128-key tiles that way).
       for (GpuCase t : tma) {
         if (t.name.rfind("mixed_d", 0) != 0 && t.name != "many_chunks_tiled" &&
             t.name != "bs64_hnd") {
           continue;
         }
         t.flash_tma = false;
-        t.flash_overlap = 4;
-        add(t, "cp_async_wide_serial_" + t.name);
+        t.flash_overlap = 0;
+        add(t, "cp_async_serial_" + t.name);
       }
       // Extend chunks gathered to a contiguous workspace: every layout, cache block sizes 16
       // and 64, head dims, the features, many chunks with starts that are not block-aligned,

@@ -65,13 +65,14 @@ class ThreePathBackend final : public CudaAttentionBackend {
   // Kernel variants, read once, at creation (read_variant: unset or empty takes the default).
   //   TRIPATH_FLASH_TMA (default 1): the flash kernel loads K/V tiles with TMA box copies;
   //     0: with cp.async gathers (measured slower: 15.8 vs 11.8 ms on prefill-8k, H200).
-  //   TRIPATH_FLASH_OVERLAP=1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
-  //     order; =2: the same with 128-key tiles and a producer warpgroup that hands its
-  //     registers to the consumers; =3: the same order, the two consumer warpgroups taking
-  //     turns at the tensor cores (FA3's ping-pong); =4: =2's 128-key tiles and producer
-  //     warpgroup with the serial loop.
+  //   TRIPATH_FLASH_OVERLAP (default 4): 128-key tiles and a producer warpgroup that hands
+  //     its registers to the consumers, serial consumer loop (measured 10.3 vs 11.85 ms for
+  //     =0, 64-key tiles); =1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
+  //     order; =2: the same with 128-key tiles; =3: =1 with the two consumer warpgroups taking
+  //     turns at the tensor cores (FA3's ping-pong).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
-  //   The others default to 0 (off). A value outside the list is an error naming the variable.
+  //   TRIPATH_EXTEND_GATHER defaults to 0 (off). A value outside the list is an error naming
+  //   the variable.
   ThreePathBackend() {
     flash_tma_ = read_variant("TRIPATH_FLASH_TMA") == 1;
     // FlashConsumerMode's values are the variable's: 0 serial, 1 overlap, 2 wide, 3 ping-pong,

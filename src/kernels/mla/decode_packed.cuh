@@ -144,6 +144,12 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   // ring's wait counts groups. A warp's 8 keys lie in one piece, so the branch is uniform.
   constexpr int kPK = Cfg::kPieceKeys, kTP = Cfg::kTilePieces, kRing = Cfg::kRing;
   const int num_tiles = span.key_hi > span.key_lo ? (span.key_hi - span.key_lo + kN - 1) / kN : 0;
+  // Chunk c = my_part + 4 i of the row: its swizzle group is i / 2 and its slot in the group
+  // (my_part + 4 (i % 2)) ^ row, so two per-thread slots and immediate offsets cover all 18
+  // copies (the general mla_swizzle per copy cost ~8 integer instructions each).
+  static_assert(kTPK == 4, "4 threads per key: chunk c's group is i / 2");
+  const int piece_row = my_key % kPK;
+  const int slot_even = ((my_part ^ piece_row) & 7) * 8, slot_odd = (((my_part + 4) ^ piece_row) & 7) * 8;
   auto load_pieces = [&](int q0, int count, int64_t base) {
     static_assert(kRC % kTPK == 0, "whole chunks per thread");
     const int mine = my_key / kPK;  // the piece of this thread's key, relative to q0
@@ -151,12 +157,12 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
     for (int pc = 0; pc < count; ++pc) {
       const int q = q0 + pc;
       if (pc == mine && q < num_tiles * kTP) {
-        bf16* dst = reinterpret_cast<bf16*>(sTiles + size_t(q % kRing) * Cfg::kSmemPiece);
-        const bf16* src = static_cast<const bf16*>(p.cache) + (base >= 0 ? base : 0);
+        bf16* dst = reinterpret_cast<bf16*>(sTiles + size_t(q % kRing) * Cfg::kSmemPiece) +
+                    piece_row * kMlaEntry;
+        const bf16* src = static_cast<const bf16*>(p.cache) + (base >= 0 ? base : 0) + my_part * 8;
 #pragma unroll
         for (int i = 0; i < kRC / kTPK; ++i) {
-          const int c = my_part + kTPK * i;
-          cp_async_16(dst + mla_swizzle<kRC>(my_key % kPK, c), src + c * 8, base >= 0);
+          cp_async_16(dst + (i / 2) * 64 + (i % 2 ? slot_odd : slot_even), src + 32 * i, base >= 0);
         }
       }
       cp_async_commit();
@@ -253,10 +259,13 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
     float s[kKW / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kKW / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    // 8 keys per warp: odd k-steps accumulate into s_odd, so the 36 MMAs form two dependent
-    // chains of 18 instead of one of 36 (the MMA latency, not its rate, set the QK^T time).
-    float s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 1
+    // 8 keys per warp: k-step k4 of each group accumulates into chain[k4], summed into s[0],
+    // so the 36 MMAs form four dependent chains of 9 instead of one of 36, and at 16 rows the
+    // group loop is unrolled by 3 so the next groups' ldmatrix loads issue under this group's
+    // MMAs (the MMA and ldmatrix latencies, not their rates, set the QK^T time: 16-row blocks
+    // issued 0.33 instructions per cycle per scheduler, long waits on fixed-latency results).
+    float chain[4][4] = {};
+#pragma unroll(kMTiles == 1 ? 3 : 1)
     for (int g = 0; g < kMlaEntry / 64; ++g) {
       const bf16* qg_ptr = sQ + q_row + g * 64;
 #pragma unroll
@@ -267,11 +276,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
           // 8 keys (16 rows at 8 warps): half a 16-key group; lanes 0-15 address its rows.
           uint32_t b[2];
           ldmatrix_x2(b, keys16(qg / 2) + (qg % 2) * 8 * kMlaEntry + k_row + g * 64 + xb[k4]);
-          if (k4 % 2 == 0) {
-            mma_16816<bf16>(s[0], a, b[0], b[1]);
-          } else {
-            mma_16816<bf16>(s_odd, a, b[0], b[1]);
-          }
+          mma_16816<bf16>(chain[k4], a, b[0], b[1]);
         } else {
 #pragma unroll
           for (int np = 0; np < kKW / 16; ++np) {
@@ -286,7 +291,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
 
     if constexpr (kKW == 8) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[0][e] += s_odd[e];
+      for (int e = 0; e < 4; ++e) s[0][e] = (chain[0][e] + chain[1][e]) + (chain[2][e] + chain[3][e]);
     }
 
     // Mask, scale to base-2 logits, and this warp's row maxima.
@@ -360,7 +365,9 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
         o[mt][dn][3] *= a1;
       }
     }
-#pragma unroll 1
+    // At 16 rows the 4 key steps are unrolled: their ldmatrix loads issue ahead of the MMAs
+    // (8 independent accumulators, chains of 4); taller blocks keep the loop (registers).
+#pragma unroll(kMTiles == 1 ? 4 : 1)
     for (int kk = 0; kk < kN / 16; ++kk) {
       uint32_t a[kMTiles][4];
       const int xk = (((2 * kk + lane / 16) ^ lane) & 7) * 8;

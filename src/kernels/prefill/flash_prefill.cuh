@@ -15,12 +15,13 @@
 //       masks only on tiles that need them);
 //       O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
 //       operand layout) and V MN-major from shared memory.
-//     Other consumer modes (FlashConsumerMode, three_path's TRIPATH_FLASH_OVERLAP; opt-in: on
-//     the H200 each measured slower than this loop with cp.async and with TMA loads): kOverlap (=1), FA3's order inside a warpgroup,
-//     S(j + 1) and P V(j) issued back to back and softmax(j + 1) under P V(j); kWide (=2), the
-//     same with 128-key tiles and a producer warpgroup that hands its registers over
-//     (setmaxnreg); kPingPong (=3), kOverlap with the two warpgroups taking turns at issuing;
-//     kWideSerial (=4), kWide's 128-key tiles and producer warpgroup with this serial loop.
+//     Other consumer modes (FlashConsumerMode, three_path's TRIPATH_FLASH_OVERLAP):
+//     kWideSerial (=4, three_path's default for head dims <= 128: 10.3 against 11.85 ms on
+//     prefill-8k, H200), this loop on 128-key tiles with a producer warpgroup that hands its
+//     registers to the consumers (setmaxnreg). Opt-in, each measured slower than this loop:
+//     kOverlap (=1), FA3's order inside a warpgroup, S(j + 1) and P V(j) issued back to back
+//     and softmax(j + 1) under P V(j); kWide (=2), the same on kWideSerial's shape; kPingPong
+//     (=3), kOverlap with the two warpgroups taking turns at issuing.
 // K/V loads: with tensor maps (kTma; three_path's default, TRIPATH_FLASH_TMA=0 turns it off)
 // one producer thread issues a TMA box copy per (cache block, 64-wide panel) for every tile of
 // whole keys; on the tiled layout the copy lands already swizzled, since its 16-byte chunks are
@@ -65,7 +66,10 @@ struct FlashPrefillConfig {
   static constexpr uint32_t kBytesQ = uint32_t(kM) * D * 2;
   static constexpr uint32_t kBytesK = uint32_t(kN) * D * 2;
   static constexpr uint32_t kBytesV = uint32_t(kN) * DV * 2;
-  static constexpr uint32_t kTileBudget = 200 * 1024;
+  // Q and the stages in at most 224 KB (+ the alignment pad and barriers: under sm_90's 227 KB
+  // per block): 3 stages of 128-key tiles at D = 128, so the producer can refill one while the
+  // two warpgroups, out of phase, hold the other two.
+  static constexpr uint32_t kTileBudget = 224 * 1024;
   static constexpr int kStagesFit = int((kTileBudget - kBytesQ) / (kBytesK + kBytesV));
   static constexpr int kStages = kStagesFit < 4 ? kStagesFit : 4;
   static_assert(kStages >= 2, "flash prefill: tiles do not fit shared memory");

@@ -25,12 +25,12 @@ struct FlashTensorMaps {
   int32_t rows = 0;
 };
 
-// The flash kernel's consumer loop: kSerial (measured, the default), kOverlap (FA3's order
-// inside a warpgroup), kWide (kOverlap with 128-key tiles and a producer warpgroup that hands
-// its registers to the consumers), kPingPong (kOverlap with the two consumer warpgroups taking
-// turns at the tensor cores), kWideSerial (kWide's tiles and producer warpgroup with the serial
-// loop: FA3's 128-key tile shape without its order). All but kSerial apply to head dims <= 128
-// (q/k = v dims).
+// The flash kernel's consumer loop: kSerial (64-key tiles, S, softmax, P V in series),
+// kOverlap (FA3's order inside a warpgroup), kWide (kOverlap with 128-key tiles and a producer
+// warpgroup that hands its registers to the consumers), kPingPong (kOverlap with the two consumer
+// warpgroups taking turns at the tensor cores), kWideSerial (kWide's tiles and producer
+// warpgroup with the serial loop: FA3's 128-key tile shape without its order; three_path's
+// default, the fastest measured). All but kSerial apply to head dims <= 128 (q/k = v dims).
 enum class FlashConsumerMode : int {
   kSerial = 0,
   kOverlap = 1,

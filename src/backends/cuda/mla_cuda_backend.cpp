@@ -213,6 +213,11 @@ class CudaMlaBackend final : public MlaBackend {
         }
       }
     }
+    // Longest key ranges first, as the planner's makespan model assumes: with more items than
+    // resident blocks, the blocks that start last are then the short remainders, not a full split.
+    std::stable_sort(items.begin(), items.end(), [](const auto& x, const auto& y) {
+      return x.kv_end - x.kv_begin > y.kv_end - y.kv_begin;
+    });
     num_decode_items_ = static_cast<int32_t>(items.size());
     decode_items_ = arena_.add(items);
     token_parts_ = arena_.add(token_parts);

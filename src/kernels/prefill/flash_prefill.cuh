@@ -23,8 +23,8 @@
 //     and softmax(j + 1) under P V(j); kWide (=2), the same on kWideSerial's shape; kPingPong
 //     (=3), kOverlap with the two warpgroups taking turns at issuing.
 // K/V loads: with tensor maps (kTma; three_path's default, TRIPATH_FLASH_TMA=0 turns it off)
-// one producer thread issues a TMA box copy per (cache block, 64-wide panel) for every tile of
-// whole keys; on the tiled layout the copy lands already swizzled, since its 16-byte chunks are
+// the first producer warp issues a TMA box copy per (cache block, 64-wide panel) for every tile
+// of whole keys, a lane per block; on the tiled layout the copy lands already swizzled, since its 16-byte chunks are
 // XORed by slot in memory. Without maps, and for the last tile of an item, the producer threads
 // gather the tile with cp.async (one block-table lookup per key). Any consumer mode takes either.
 // Items with split >= 0 write normalized partial
@@ -169,15 +169,19 @@ __global__ void __launch_bounds__(
         // (keys past key_hi, whose slots may hold anything, even NaN) takes the cp.async path
         // below, which zero-fills them.
         if (tile_start + kN <= key_hi) {
-          if (pt == 0) {
-            mbarrier::arrive_expect_tx(&full[st], Cfg::kBytesK + Cfg::kBytesV);
-            for (int r0 = 0; r0 < kN; r0 += maps.rows) {
+          // The first producer warp: lane 0 posts the stage's bytes, then each lane looks up
+          // and copies its own boxes, so a tile's block-table reads (8 at 128 keys, block 16)
+          // go out together instead of one dependent L2 round trip per box from one thread.
+          if (pt < 32) {
+            if (pt == 0) mbarrier::arrive_expect_tx(&full[st], Cfg::kBytesK + Cfg::kBytesV);
+            __syncwarp();
+            const bool nhd = p.layout == kLayoutNHD;
+            for (int r0 = pt * maps.rows; r0 < kN; r0 += 32 * maps.rows) {
               const int kabs = tile_start + r0;
               const int block = table[kabs >> p.log2_block_size];
               const int slot = kabs & (p.block_size - 1);
               // NHD maps are {dim, kv head, block * block_size + slot}; HND / tiled maps are
               // {dim, slot, block * kv heads + kv head}.
-              const bool nhd = p.layout == kLayoutNHD;
               const int c1 = nhd ? it.kv_head : slot;
               const int c2 = nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
 #pragma unroll
@@ -187,6 +191,7 @@ __global__ void __launch_bounds__(
               for (int pv = 0; pv < DV / 64; ++pv)
                 tma::load_3d(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2, &full[st]);
             }
+            if (pt != 0) mbarrier::arrive(&full[st]);
           } else {
             mbarrier::arrive(&full[st]);
           }

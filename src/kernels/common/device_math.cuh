@@ -18,6 +18,18 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// 2^x by one MUFU.EX2 (ex2.approx.ftz: ~2 ulp, results below 2^-126 flushed to zero, -inf -> 0).
+// Softmax weights relative to the row max lose nothing by the flush; exp2f without fast math
+// wraps each MUFU in a range test and two predicated multiplies for denormal results, 3 of the
+// ~9 instructions per score element in the flash kernel's softmax (SASS of the D = 128 kernel).
+// The tuned kernels use this; the portable baselines (unified, two_path, mla_baseline) keep
+// exp2f.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // 16-byte async copy global -> shared; src_bytes 0 fills the destination with zeros.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
   const int src_bytes = valid ? 16 : 0;

@@ -10,12 +10,16 @@
 
 namespace tripath::kernels {
 
-// s: a tile's base-2 logits of kN columns (masked keys -inf). Updates the running max m and
-// sum l of both rows, leaves the probabilities in s and each row's rescale factor for O in
-// alpha. A row with nothing visible yet keeps m = -inf and weight 0 (alpha 0 while it is -inf).
+// s: a tile's scores of kN columns (masked keys -inf) whose base-2 logits are s * scale
+// (scale > 0: the max of the scaled scores is the scaled max, so the scale folds into the
+// exponent's FMA instead of a multiply per element; 1 when s is already scaled). Updates the
+// running max m (base-2 logits) and sum l of both rows, leaves the probabilities in s and each
+// row's rescale factor for O in alpha. A row with nothing visible yet keeps m = -inf and weight
+// 0 (alpha 0 while it is -inf).
 template <int kN>
 __device__ __forceinline__ void fragment_online_softmax(float (&s)[kN / 2], float (&m)[2],
-                                                        float (&l)[2], float (&alpha)[2]) {
+                                                        float (&l)[2], float (&alpha)[2],
+                                                        float scale = 1.0f) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     float mx = -INFINITY;
@@ -24,15 +28,15 @@ __device__ __forceinline__ void fragment_online_softmax(float (&s)[kN / 2], floa
       mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * i], s[nt * 4 + 2 * i + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[i], mx);
+    const float m_new = fmaxf(m[i], mx * scale);
     const float base = m_new == -INFINITY ? 0.0f : m_new;
-    alpha[i] = exp2f(m[i] - base);
+    alpha[i] = fast_exp2(m[i] - base);
     m[i] = m_new;
     float sum = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < kN / 8; ++nt) {
-      s[nt * 4 + 2 * i] = exp2f(s[nt * 4 + 2 * i] - base);
-      s[nt * 4 + 2 * i + 1] = exp2f(s[nt * 4 + 2 * i + 1] - base);
+      s[nt * 4 + 2 * i] = fast_exp2(fmaf(s[nt * 4 + 2 * i], scale, -base));
+      s[nt * 4 + 2 * i + 1] = fast_exp2(fmaf(s[nt * 4 + 2 * i + 1], scale, -base));
       sum += s[nt * 4 + 2 * i] + s[nt * 4 + 2 * i + 1];
     }
     l[i] = l[i] * alpha[i] + sum;

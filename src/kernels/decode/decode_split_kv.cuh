@@ -301,13 +301,13 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
       mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
       const float m_new = fmaxf(m[i], mx);
       const float base = m_new == kNegInf ? 0.0f : m_new;
-      alpha[i] = exp2f(m[i] - base);
+      alpha[i] = fast_exp2(m[i] - base);
       m[i] = m_new;
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        s[nt][2 * i] = exp2f(s[nt][2 * i] - base);
-        s[nt][2 * i + 1] = exp2f(s[nt][2 * i + 1] - base);
+        s[nt][2 * i] = fast_exp2(s[nt][2 * i] - base);
+        s[nt][2 * i + 1] = fast_exp2(s[nt][2 * i + 1] - base);
         sum += s[nt][2 * i] + s[nt][2 * i + 1];
       }
       l[i] = l[i] * alpha[i] + sum;

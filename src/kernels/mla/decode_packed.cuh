@@ -328,8 +328,8 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < kKW / 8; ++nt) {
-        s[nt][2 * i] = exp2f(s[nt][2 * i] - base);
-        s[nt][2 * i + 1] = exp2f(s[nt][2 * i + 1] - base);
+        s[nt][2 * i] = fast_exp2(s[nt][2 * i] - base);
+        s[nt][2 * i + 1] = fast_exp2(s[nt][2 * i + 1] - base);
         sum += s[nt][2 * i] + s[nt][2 * i + 1];
         const int col = qg * kKW + nt * 8 + (lane % 4) * 2;
         *reinterpret_cast<uint32_t*>(sP + mla_swizzle<kN / 8>(r, col / 8) + col % 8) =
@@ -341,7 +341,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
         sRowSum[qg * kM + r] = sum;
         if (qg == 0) {
           max_new[r] = m_new;
-          sAlpha[r] = exp2f(m_old - base);
+          sAlpha[r] = fast_exp2(m_old - base);
         }
       }
     }

@@ -186,9 +186,8 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
       wgmma::commit();
       wgmma::wait<0>();
       wgmma::fence_operands(s);
-      // Base-2 logits; the mask only on tiles that reach past the block's smallest limit.
-#pragma unroll
-      for (int e = 0; e < kN / 2; ++e) s[e] *= p.scale_log2;
+      // The mask only on tiles that reach past the block's smallest limit; the softmax scales
+      // into base-2 logits inside its exponent FMA.
       if (tile_start < span.key_lo || tile_start + kN - 1 > block_limit) {
 #pragma unroll
         for (int nt = 0; nt < kN / 8; ++nt) {
@@ -200,7 +199,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
           }
         }
       }
-      fragment_online_softmax<kN>(s, m, l, alpha);
+      fragment_online_softmax<kN>(s, m, l, alpha, p.scale_log2);
       // P as the RS A operand, handed to warpgroup 1 thread for thread: its thread wt holds the
       // same rows.
       fragment_pack_a<bf16, kN>(s, pa);

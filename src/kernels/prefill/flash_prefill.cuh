@@ -264,9 +264,10 @@ __global__ void __launch_bounds__(
     }
     wgmma::commit();
   };
-  // Scale, soft-cap and mask into base-2 logits (interior tiles skip the mask), then the online
-  // softmax per row (a row with nothing visible yet keeps m = -inf and weight 0): leaves the
-  // probabilities in sx and each row's rescale factor for O in alpha.
+  // Soft-cap (into base-2 logits) and mask (interior tiles skip it), then the online softmax per
+  // row, which applies the plain scale inside its exponent FMA (a row with nothing visible yet
+  // keeps m = -inf and weight 0): leaves the probabilities in sx and each row's rescale factor
+  // for O in alpha.
   auto scores = [&](int j, float(&sx)[kN / 2], float(&alpha)[2]) {
     const int tile_start = tile0 + j * kN;
     const bool full_tile = tile_start >= key_lo && tile_start + kN <= key_hi &&
@@ -275,13 +276,11 @@ __global__ void __launch_bounds__(
     // The uniform branches stay outside the element loops: inside, they split every element
     // into its own basic blocks (two branches each in the PTX) and ptxas could not interleave
     // the elements' arithmetic.
-    if (p.softcap > 0.0f) {
+    const bool capped = p.softcap > 0.0f;
+    if (capped) {
       const float cap_in = p.score_scale / p.softcap, cap_out = p.softcap * 1.4426950408889634f;
 #pragma unroll
       for (int e = 0; e < kN / 2; ++e) sx[e] = cap_out * tanhf(sx[e] * cap_in);
-    } else {
-#pragma unroll
-      for (int e = 0; e < kN / 2; ++e) sx[e] *= p.scale_log2;
     }
     if (!full_tile) {
 #pragma unroll
@@ -296,7 +295,7 @@ __global__ void __launch_bounds__(
         }
       }
     }
-    fragment_online_softmax<kN>(sx, m, l, alpha);
+    fragment_online_softmax<kN>(sx, m, l, alpha, capped ? 1.0f : p.scale_log2);
   };
   auto rescale_o = [&](const float(&alpha)[2]) { fragment_scale_rows<DV>(o, alpha); };
   // P, packed as the RS A operand.
@@ -330,7 +329,9 @@ __global__ void __launch_bounds__(
       wgmma::wait<0>();
       wgmma::fence_operands(s);
       scores(j, s, alpha);
-      rescale_o(alpha);
+      // Once a warp's row maxima settle (most tiles of a long row) alpha is exactly 1 and the
+      // 64 multiplies of O change nothing: skipped, warp by warp.
+      if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) rescale_o(alpha);
       pack_p(s);
       issue_pv(j % kStages);
       wgmma::wait<0>();

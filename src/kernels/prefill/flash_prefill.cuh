@@ -316,7 +316,10 @@ __global__ void __launch_bounds__(
   };
   auto wait_stage = [&](int j) {
     mbarrier::wait(&full[j % kStages], (j / kStages) & 1);
-    wgmma::fence_proxy_async();  // the copies were generic-proxy writes
+    // cp.async copies are generic-proxy writes that wgmma (async proxy) must be fenced from; a
+    // TMA tile (the producer's condition: whole keys below key_hi) is async-proxy already, and
+    // its barrier's completion makes it visible (the fence costs a MEMBAR.ALL.CTA per tile).
+    if (!kTma || tile0 + (j + 1) * kN > key_hi) wgmma::fence_proxy_async();
   };
 
   mbarrier::wait(q_full, 0);

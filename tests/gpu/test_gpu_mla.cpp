@@ -9,11 +9,16 @@
 // decode step, and the errors of unprepared plans and wrong dtypes.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <random>
 
 #include "gpu_test_util.h"
+
+#ifdef TRIPATH_WITH_CUDA
+#include "mla/mla.h"
+#endif
 
 namespace tripath::gputest {
 namespace {
@@ -669,6 +674,104 @@ TEST(GpuMlaErrors, UnpreparedPlanHeadsAndDtypes) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("ordered"), std::string::npos) << e.what();
   }
+#endif
+}
+
+// Opt-in timing (TRIPATH_MLA_BENCH=1): the 16-row packed decode kernel against its loads alone
+// (launch_mla_decode_packed_loads_only) on mla-decode-4k's 16-head shape (64 requests x 4096
+// keys, block 64, two splits per request as the mla plan cuts them): says whether the kernel
+// waits on its cp.async ring or on its math. Prints both times and the bytes' rates.
+TEST(GpuMlaBench, PackedLoadsAlone) {
+  TRIPATH_REQUIRE_GPU();
+  const char* env = std::getenv("TRIPATH_MLA_BENCH");
+  if (env == nullptr || std::string(env).empty() || std::string(env) == "0")
+    GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+#ifdef TRIPATH_WITH_CUDA
+  constexpr int kReqs = 64, kKeys = 4096, kHeads = 16, kBlock = 64, kSplits = 2;
+  constexpr int kBlocksPerReq = kKeys / kBlock;
+  const int num_blocks = kReqs * kBlocksPerReq;
+  // Block tables shuffled over the pool (as a serving cache is), random bf16 data in [-1, 1).
+  std::mt19937 rng(7);
+  std::vector<int32_t> table(static_cast<size_t>(num_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), rng);
+  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+  auto bf16_bits = [&](size_t n) {
+    std::vector<uint16_t> v(n);
+    for (uint16_t& x : v) {
+      const float f = uni(rng);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      x = static_cast<uint16_t>(u >> 16);
+    }
+    return v;
+  };
+  DeviceMem q, cache, out, lse, part_out, part_lse, bt, cu, ctx, items;
+  q.upload(bf16_bits(size_t(kReqs) * kHeads * kernels::kMlaEntry));
+  cache.upload(bf16_bits(size_t(num_blocks) * kBlock * kernels::kMlaEntry));
+  out.resize(size_t(kReqs) * kHeads * kernels::kMlaLatent * 2);
+  lse.resize(size_t(kReqs) * kHeads * 4);
+  part_out.resize(size_t(kSplits) * kReqs * kHeads * kernels::kMlaLatent * 4);
+  part_lse.resize(size_t(kSplits) * kReqs * kHeads * 4);
+  bt.upload(table);
+  std::vector<int32_t> cu_q(kReqs + 1), ctx_lens(kReqs, kKeys - 1);
+  std::iota(cu_q.begin(), cu_q.end(), 0);
+  cu.upload(cu_q);
+  ctx.upload(ctx_lens);
+  std::vector<kernels::MlaDecodeWorkItem> list;
+  for (int r = 0; r < kReqs; ++r)
+    for (int sp = 0; sp < kSplits; ++sp)
+      list.push_back({r, sp, sp * kKeys / kSplits, (sp + 1) * kKeys / kSplits, 0, {0, 0, 0}});
+  items.upload(list);
+  kernels::MlaDecodeParams p{};
+  p.q = q.get();
+  p.cache = cache.get();
+  p.out = out.get();
+  p.lse = static_cast<float*>(lse.get());
+  p.partial_out = static_cast<float*>(part_out.get());
+  p.partial_lse = static_cast<float*>(part_lse.get());
+  p.block_table = static_cast<const int32_t*>(bt.get());
+  p.cu_seqlens_q = static_cast<const int32_t*>(cu.get());
+  p.context_lens = static_cast<const int32_t*>(ctx.get());
+  p.items = static_cast<const kernels::MlaDecodeWorkItem*>(items.get());
+  p.num_items = static_cast<int32_t>(list.size());
+  p.num_tokens = kReqs;
+  p.num_heads = kHeads;
+  p.max_blocks_per_request = kBlocksPerReq;
+  p.block_size = kBlock;
+  p.log2_block_size = 6;
+  p.scale_log2 = 1.4426950408889634f / std::sqrt(192.0f);
+  p.out_scale = 1.0f;
+  cudaEvent_t t0, t1;
+  TRIPATH_TEST_CUDA(cudaEventCreate(&t0));
+  TRIPATH_TEST_CUDA(cudaEventCreate(&t1));
+  // Median of 20 launches after 3 warm-ups.
+  auto time_us = [&](auto launch) {
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(launch(), cudaSuccess);
+    std::vector<float> ms;
+    for (int i = 0; i < 20; ++i) {
+      cudaEventRecord(t0);
+      EXPECT_EQ(launch(), cudaSuccess);
+      cudaEventRecord(t1);
+      cudaEventSynchronize(t1);
+      float v = 0.0f;
+      cudaEventElapsedTime(&v, t0, t1);
+      ms.push_back(v);
+    }
+    std::sort(ms.begin(), ms.end());
+    return 1000.0 * ms[ms.size() / 2];
+  };
+  const double full = time_us([&] { return kernels::launch_mla_decode_packed(p, 16, DType::kBF16, nullptr); });
+  const double loads = time_us([&] { return kernels::launch_mla_decode_packed_loads_only(p, nullptr); });
+  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+  const double bytes = double(kReqs) * kKeys * kernels::kMlaEntry * 2;
+  std::printf("mla packed 16 rows, 64 x 4096 keys, %d items: kernel %.1f us (%.2f TB/s), loads "
+              "alone %.1f us (%.2f TB/s)\n",
+              p.num_items, full, bytes / full * 1e-6, loads, bytes / loads * 1e-6);
+  EXPECT_GT(full, 0.0);
+  EXPECT_GT(loads, 0.0);
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
 #endif
 }
 

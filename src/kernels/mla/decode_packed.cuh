@@ -79,7 +79,9 @@ __device__ __forceinline__ int mla_swizzle(int row, int chunk) {
   return row * kChunks * 8 + ((chunk & ~7) | ((chunk ^ row) & 7)) * 8;
 }
 
-template <int kMTiles, typename CacheT>
+// kLoadsOnly: a timing probe (launch_mla_decode_packed_loads_only): the same loads, ring waits
+// and barriers with the attention math left out; its outputs mean nothing.
+template <int kMTiles, typename CacheT, bool kLoadsOnly = false>
 __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
     mla_decode_packed_kernel(const __grid_constant__ MlaDecodeParams p) {
   using Cfg = MlaPackedConfig<kMTiles, CacheT>;
@@ -244,6 +246,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       load_pieces(q0, kTP, next_base);
       next_base = key_base(span.key_lo + (q0 + kTP) * kPK);
     }
+    if constexpr (kLoadsOnly) continue;
     // The 16-key group g of tile j (rows swizzled by key mod 8 in both layouts).
     auto keys16 = [&](int g) -> const bf16* {
       if constexpr (Cfg::kFp8) {
@@ -424,16 +427,21 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   }
 }
 
-template <int kMTiles, typename CacheT>
-cudaError_t launch_mla_decode_packed_impl(const MlaDecodeParams& p, cudaStream_t stream) {
+template <int kMTiles, typename CacheT, bool kLoadsOnly>
+cudaError_t launch_mla_decode_packed_kernel(const MlaDecodeParams& p, cudaStream_t stream) {
   if (p.num_items == 0) return cudaSuccess;
   using Cfg = MlaPackedConfig<kMTiles, CacheT>;
-  auto kernel = mla_decode_packed_kernel<kMTiles, CacheT>;
+  auto kernel = mla_decode_packed_kernel<kMTiles, CacheT, kLoadsOnly>;
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(Cfg::kSmemBytes));
   if (e != cudaSuccess) return e;
   kernel<<<p.num_items, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <int kMTiles, typename CacheT>
+cudaError_t launch_mla_decode_packed_impl(const MlaDecodeParams& p, cudaStream_t stream) {
+  return launch_mla_decode_packed_kernel<kMTiles, CacheT, false>(p, stream);
 }
 
 }  // namespace tripath::kernels

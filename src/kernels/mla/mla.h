@@ -24,6 +24,9 @@ cudaError_t launch_mla_decode_baseline(const MlaDecodeParams& p, DType cache, cu
 int mla_decode_packed_rows(int rows_per_request);  // the block height for this many rows
 cudaError_t launch_mla_decode_packed(const MlaDecodeParams& p, int rows_per_block, DType cache,
                                      cudaStream_t stream);
+// Timing probe of the 16-row bf16 packed kernel: the same latent loads, ring waits and barriers
+// without the attention math (outputs meaningless). Only the opt-in GPU timing test calls it.
+cudaError_t launch_mla_decode_packed_loads_only(const MlaDecodeParams& p, cudaStream_t stream);
 
 // Hopper wgmma absorbed decode (decode_wgmma.cuh): 64-row items, bf16 cache, sm_90a builds only
 // (mla_decode_wgmma_built); same outputs as the packed kernel. `map` (make_mla_latent_map)

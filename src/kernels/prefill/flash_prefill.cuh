@@ -323,6 +323,7 @@ __global__ void __launch_bounds__(
   };
 
   mbarrier::wait(q_full, 0);
+  wgmma::fence_proxy_async();  // Q: the producers' cp.async (generic-proxy) writes
   float alpha[2];
   if constexpr (!kOverlap) {
     // In series: S, softmax, P V; the other warpgroup fills the tensor cores meanwhile.

@@ -16,8 +16,9 @@ std::vector<VariantVariable> variant_variables() {
        1, ""},
       {"TRIPATH_FLASH_OVERLAP", "three_path",
        "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong; "
-       "4: 128-key tiles, producer warpgroup, serial consumers; 0: 64-key tiles, serial consumers",
-       4, 4, ""},
+       "4: 128-key tiles, producer warpgroup, serial consumers; 5: 2 + ping-pong; 0: 64-key "
+       "tiles, serial consumers",
+       5, 4, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
       {"TRIPATH_MLA_WGMMA", "mla",

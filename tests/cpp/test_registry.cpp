@@ -388,7 +388,7 @@ TEST(Registry, ReadVariantParsesAndRejects) {
     ScopedEnv off(name, "0");
     EXPECT_EQ(tripath::read_variant(name), 0) << name;
   }
-  for (const char* good : {"0", "1", "2", "3", "4"}) {
+  for (const char* good : {"0", "1", "2", "3", "4", "5"}) {
     ScopedEnv env("TRIPATH_FLASH_OVERLAP", good);
     EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), good[0] - '0');
   }
@@ -397,8 +397,8 @@ TEST(Registry, ReadVariantParsesAndRejects) {
     const char* value;
     const char* expected;
   };
-  for (const Bad& b : {Bad{"TRIPATH_FLASH_OVERLAP", "5", "unset, 0, 1, 2, 3 or 4"},
-                       Bad{"TRIPATH_FLASH_OVERLAP", "12", "unset, 0, 1, 2, 3 or 4"},
+  for (const Bad& b : {Bad{"TRIPATH_FLASH_OVERLAP", "6", "unset, 0, 1, 2, 3, 4 or 5"},
+                       Bad{"TRIPATH_FLASH_OVERLAP", "12", "unset, 0, 1, 2, 3, 4 or 5"},
                        Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0, 1, 2 or 3"},
                        Bad{"TRIPATH_MLA_WGMMA", "4", "unset, 0, 1, 2 or 3"},
                        Bad{"TRIPATH_FLASH_TMA", "2", "unset, 0 or 1"}}) {

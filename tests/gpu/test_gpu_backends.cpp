@@ -33,7 +33,7 @@ struct GpuCase {
   int flash_overlap = 4;         // three_path's TRIPATH_FLASH_OVERLAP: 4 (default: 128-key
                                  // tiles, serial loop), 0 (64-key tiles, serial loop),
                                  // 1 (pipelined consumers), 2 (also 128-key tiles, producer
-                                 // warpgroup) or 3 (ping-pong)
+                                 // warpgroup), 3 (ping-pong) or 5 (2 with ping-pong)
   std::vector<ReqShape> reqs;
 };
 
@@ -205,7 +205,7 @@ std::vector<GpuCase> all_cases() {
         g.flash_tma = false;
         add(g, "cp_async_" + t.name);
       }
-      // The other consumer loops (TRIPATH_FLASH_OVERLAP=0 to 3) on the same cases (they apply
+      // The other consumer loops (TRIPATH_FLASH_OVERLAP=0 to 3 and 5) on the same cases (they apply
       // to head dims <= 128; the others check that they are ignored there), plus long prompts
       // with odd and even tile counts.
       c = base;
@@ -216,10 +216,11 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {0, 1, 2, 3}) {
+      for (int mode : {0, 1, 2, 3, 5}) {
         for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
-          const char* prefix[] = {"serial_", "overlap_", "wide_", "pingpong_"};
+          const char* prefix[] = {"serial_",   "overlap_", "wide_",
+                                  "pingpong_", "",         "wide_pingpong_"};
           add(t, prefix[mode] + t.name);
         }
       }
@@ -480,7 +481,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
 #ifdef TRIPATH_WITH_CUDA
   struct Bad { const char* name; const char* value; };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
-                      Bad{"TRIPATH_FLASH_OVERLAP", "5"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
+                      Bad{"TRIPATH_FLASH_OVERLAP", "6"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"}}) {
     ScopedEnv env(b.name, b.value);
     try {

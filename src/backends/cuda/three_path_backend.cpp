@@ -69,14 +69,14 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     its registers to the consumers, serial consumer loop (measured 10.3 vs 11.85 ms for
   //     =0, 64-key tiles); =1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
   //     order; =2: the same with 128-key tiles; =3: =1 with the two consumer warpgroups taking
-  //     turns at the tensor cores (FA3's ping-pong).
+  //     turns at the tensor cores (FA3's ping-pong); =5: =2 with =3's turns.
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   TRIPATH_EXTEND_GATHER defaults to 0 (off). A value outside the list is an error naming
   //   the variable.
   ThreePathBackend() {
     flash_tma_ = read_variant("TRIPATH_FLASH_TMA") == 1;
     // FlashConsumerMode's values are the variable's: 0 serial, 1 overlap, 2 wide, 3 ping-pong,
-    // 4 wide tiles with the serial loop.
+    // 4 wide tiles with the serial loop, 5 wide tiles with ping-pong.
     flash_mode_ = static_cast<kernels::FlashConsumerMode>(read_variant("TRIPATH_FLASH_OVERLAP"));
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
   }

@@ -21,7 +21,8 @@
 //     registers to the consumers (setmaxnreg). Opt-in, each measured slower than this loop:
 //     kOverlap (=1), FA3's order inside a warpgroup, S(j + 1) and P V(j) issued back to back
 //     and softmax(j + 1) under P V(j); kWide (=2), the same on kWideSerial's shape; kPingPong
-//     (=3), kOverlap with the two warpgroups taking turns at issuing.
+//     (=3), kOverlap with the two warpgroups taking turns at issuing; kWidePingPong (=5),
+//     kPingPong on kWide's shape (FA3's whole configuration at head dim 128; not yet measured).
 // K/V loads: with tensor maps (kTma; three_path's default, TRIPATH_FLASH_TMA=0 turns it off)
 // the first producer warp issues a TMA box copy per (cache block, 64-wide panel) for every tile
 // of whole keys, a lane per block; on the tiled layout the copy lands already swizzled, since its 16-byte chunks are
@@ -88,7 +89,8 @@ __global__ void __launch_bounds__(
   constexpr bool kOverlap =
       kMode != FlashConsumerMode::kSerial && kMode != FlashConsumerMode::kWideSerial;
   constexpr bool kWide = flash_mode_is_wide(kMode);
-  constexpr bool kPingPong = kMode == FlashConsumerMode::kPingPong;
+  constexpr bool kPingPong =
+      kMode == FlashConsumerMode::kPingPong || kMode == FlashConsumerMode::kWidePingPong;
   using Cfg = FlashPrefillConfig<D, DV, kWide>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
   constexpr float kNegInf = -INFINITY;
@@ -488,6 +490,10 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
     }
     if (mode == M::kWide) {
       return launch_mode(std::integral_constant<M, M::kWide>{}, FlashPrefillConfig<D, DV, true>{});
+    }
+    if (mode == M::kWidePingPong) {
+      return launch_mode(std::integral_constant<M, M::kWidePingPong>{},
+                         FlashPrefillConfig<D, DV, true>{});
     }
     if (mode == M::kWideSerial) {
       return launch_mode(std::integral_constant<M, M::kWideSerial>{},

@@ -30,17 +30,20 @@ struct FlashTensorMaps {
 // warpgroup that hands its registers to the consumers), kPingPong (kOverlap with the two consumer
 // warpgroups taking turns at the tensor cores), kWideSerial (kWide's tiles and producer
 // warpgroup with the serial loop: FA3's 128-key tile shape without its order; three_path's
-// default, the fastest measured). All but kSerial apply to head dims <= 128 (q/k = v dims).
+// default, the fastest measured), kWidePingPong (kWide with kPingPong's turns: FA3's whole
+// configuration for head dim 128). All but kSerial apply to head dims <= 128 (q/k = v dims).
 enum class FlashConsumerMode : int {
   kSerial = 0,
   kOverlap = 1,
   kWide = 2,
   kPingPong = 3,
-  kWideSerial = 4
+  kWideSerial = 4,
+  kWidePingPong = 5
 };
 // Modes that run FlashPrefillConfig's wide shape (128-key tiles, a producer warpgroup).
 constexpr bool flash_mode_is_wide(FlashConsumerMode m) {
-  return m == FlashConsumerMode::kWide || m == FlashConsumerMode::kWideSerial;
+  return m == FlashConsumerMode::kWide || m == FlashConsumerMode::kWideSerial ||
+         m == FlashConsumerMode::kWidePingPong;
 }
 
 template <int D, int DV, typename T>

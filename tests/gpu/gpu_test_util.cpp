@@ -30,6 +30,27 @@ void DeviceMem::resize(size_t bytes) {
   }
   bytes_ = bytes;
 }
+
+double median_launch_us(const std::function<void()>& launch, int warmup, int reps) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < warmup; ++i) launch();
+  std::vector<float> us;
+  for (int i = 0; i < reps; ++i) {
+    cudaEventRecord(start);
+    launch();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, start, stop);
+    us.push_back(ms * 1000.0f);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(us.begin(), us.end());
+  return us.empty() ? 0.0 : double(us[us.size() / 2]);
+}
 #endif
 
 namespace {

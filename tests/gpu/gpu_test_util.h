@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -59,6 +60,10 @@ class DeviceMem {
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
 };
+
+// Median time in microseconds of `reps` runs of `launch` (work queued on the default stream),
+// each between two CUDA events, after `warmup` untimed runs: the opt-in timing tests' clock.
+double median_launch_us(const std::function<void()>& launch, int warmup = 3, int reps = 20);
 
 #endif
 

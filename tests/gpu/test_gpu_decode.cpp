@@ -488,12 +488,7 @@ void bench_published_shapes() {
       m.part_stride = rows;
       m.row_end = rows;
       auto time_us = [&](bool decode, bool with_merge) {
-        cudaEvent_t a, b;
-        cudaEventCreate(&a);
-        cudaEventCreate(&b);
-        std::vector<float> t;
-        for (int rep = 0; rep < 23; ++rep) {
-          cudaEventRecord(a);
+        return median_launch_us([&] {
           if (decode) {
             EXPECT_EQ(kernels::launch_paged_decode(D, DType::kBF16, sh.cache, p, nullptr),
                       cudaSuccess);
@@ -503,16 +498,7 @@ void bench_published_shapes() {
                 cudaSuccess);
           }
           if (with_merge && parts > 1) kernels::launch_merge_states(m, DType::kBF16, nullptr);
-          cudaEventRecord(b);
-          cudaEventSynchronize(b);
-          float ms = 0;
-          cudaEventElapsedTime(&ms, a, b);
-          if (rep >= 3) t.push_back(ms * 1000.0f);
-        }
-        cudaEventDestroy(a);
-        cudaEventDestroy(b);
-        std::sort(t.begin(), t.end());
-        return double(t[t.size() / 2]);
+        });
       };
       const double dec = time_us(true, false), dec_m = time_us(true, true);
       const double uni = time_us(false, false), uni_m = time_us(false, true);

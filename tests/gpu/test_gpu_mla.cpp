@@ -742,27 +742,13 @@ TEST(GpuMlaBench, PackedLoadsAlone) {
   p.log2_block_size = 6;
   p.scale_log2 = 1.4426950408889634f / std::sqrt(192.0f);
   p.out_scale = 1.0f;
-  cudaEvent_t t0, t1;
-  TRIPATH_TEST_CUDA(cudaEventCreate(&t0));
-  TRIPATH_TEST_CUDA(cudaEventCreate(&t1));
-  // Median of 20 launches after 3 warm-ups.
-  auto time_us = [&](auto launch) {
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(launch(), cudaSuccess);
-    std::vector<float> ms;
-    for (int i = 0; i < 20; ++i) {
-      cudaEventRecord(t0);
-      EXPECT_EQ(launch(), cudaSuccess);
-      cudaEventRecord(t1);
-      cudaEventSynchronize(t1);
-      float v = 0.0f;
-      cudaEventElapsedTime(&v, t0, t1);
-      ms.push_back(v);
-    }
-    std::sort(ms.begin(), ms.end());
-    return 1000.0 * ms[ms.size() / 2];
-  };
-  const double full = time_us([&] { return kernels::launch_mla_decode_packed(p, 16, DType::kBF16, nullptr); });
-  const double loads = time_us([&] { return kernels::launch_mla_decode_packed_loads_only(p, nullptr); });
+  // Medians of 20 launches after 3 warm-ups.
+  const double full = median_launch_us([&] {
+    EXPECT_EQ(kernels::launch_mla_decode_packed(p, 16, DType::kBF16, nullptr), cudaSuccess);
+  });
+  const double loads = median_launch_us([&] {
+    EXPECT_EQ(kernels::launch_mla_decode_packed_loads_only(p, nullptr), cudaSuccess);
+  });
   TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
   const double bytes = double(kReqs) * kKeys * kernels::kMlaEntry * 2;
   std::printf("mla packed 16 rows, 64 x 4096 keys, %d items: kernel %.1f us (%.2f TB/s), loads "
@@ -770,8 +756,6 @@ TEST(GpuMlaBench, PackedLoadsAlone) {
               p.num_items, full, bytes / full * 1e-6, loads, bytes / loads * 1e-6);
   EXPECT_GT(full, 0.0);
   EXPECT_GT(loads, 0.0);
-  cudaEventDestroy(t0);
-  cudaEventDestroy(t1);
 #endif
 }
 

@@ -151,7 +151,8 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   // copies (the general mla_swizzle per copy cost ~8 integer instructions each).
   static_assert(kTPK == 4, "4 threads per key: chunk c's group is i / 2");
   const int piece_row = my_key % kPK;
-  const int slot_even = ((my_part ^ piece_row) & 7) * 8, slot_odd = (((my_part + 4) ^ piece_row) & 7) * 8;
+  const int slot_even = ((my_part ^ piece_row) & 7) * 8;
+  const int slot_odd = (((my_part + 4) ^ piece_row) & 7) * 8;
   auto load_pieces = [&](int q0, int count, int64_t base) {
     static_assert(kRC % kTPK == 0, "whole chunks per thread");
     const int mine = my_key / kPK;  // the piece of this thread's key, relative to q0
@@ -161,10 +162,12 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       if (pc == mine && q < num_tiles * kTP) {
         bf16* dst = reinterpret_cast<bf16*>(sTiles + size_t(q % kRing) * Cfg::kSmemPiece) +
                     piece_row * kMlaEntry;
-        const bf16* src = static_cast<const bf16*>(p.cache) + (base >= 0 ? base : 0) + my_part * 8;
+        const bf16* src =
+            static_cast<const bf16*>(p.cache) + (base >= 0 ? base : 0) + my_part * 8;
 #pragma unroll
         for (int i = 0; i < kRC / kTPK; ++i) {
-          cp_async_16(dst + (i / 2) * 64 + (i % 2 ? slot_odd : slot_even), src + 32 * i, base >= 0);
+          cp_async_16(dst + (i / 2) * 64 + (i % 2 ? slot_odd : slot_even), src + 32 * i,
+                      base >= 0);
         }
       }
       cp_async_commit();
@@ -294,7 +297,8 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
 
     if constexpr (kKW == 8) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[0][e] = (chain[0][e] + chain[1][e]) + (chain[2][e] + chain[3][e]);
+      for (int e = 0; e < 4; ++e)
+        s[0][e] = (chain[0][e] + chain[1][e]) + (chain[2][e] + chain[3][e]);
     }
 
     // Mask, scale to base-2 logits, and this warp's row maxima.

@@ -25,9 +25,10 @@
 //     kPingPong on kWide's shape (FA3's whole configuration at head dim 128; not yet measured).
 // K/V loads: with tensor maps (kTma; three_path's default, TRIPATH_FLASH_TMA=0 turns it off)
 // the first producer warp issues a TMA box copy per (cache block, 64-wide panel) for every tile
-// of whole keys, a lane per block; on the tiled layout the copy lands already swizzled, since its 16-byte chunks are
-// XORed by slot in memory. Without maps, and for the last tile of an item, the producer threads
-// gather the tile with cp.async (one block-table lookup per key). Any consumer mode takes either.
+// of whole keys, a lane per block; on the tiled layout the copy lands already swizzled, since
+// its 16-byte chunks are XORed by slot in memory. Without maps, and for the last tile of an
+// item, the producer threads gather the tile with cp.async (one block-table lookup per key).
+// Any consumer mode takes either.
 // Items with split >= 0 write normalized partial
 // states (merged by merge_states, which applies sinks); others write the final output, sinks
 // and LSE. Semantics match unified_attention.cuh. KV must be the 16-bit q dtype; head dims

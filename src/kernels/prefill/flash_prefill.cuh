@@ -127,6 +127,9 @@ __global__ void __launch_bounds__(
   // multiple of maps.rows, and the keys before key_lo in the first tile are masked.
   const int tile0 = kTma ? key_lo - key_lo % maps.rows : key_lo;
   const int num_tiles = key_hi > key_lo ? (key_hi - tile0 + kN - 1) / kN : 0;
+  // Tile j comes by TMA (async proxy) when it holds only whole keys below key_hi; the last tile
+  // of an item (and every tile without maps) by cp.async, which zero-fills the keys past key_hi.
+  auto tma_tile = [&](int j) { return kTma && tile0 + (j + 1) * kN <= key_hi; };
 
   if (tid == 0) {
     for (int st = 0; st < kStages; ++st) {
@@ -167,11 +170,10 @@ __global__ void __launch_bounds__(
       unsigned char* dk = sK + st * Cfg::kBytesK;
       unsigned char* dv = sV + st * Cfg::kBytesV;
       if constexpr (kTma) {
-        // A tile of whole blocks below key_hi: one thread issues a box copy per (block, 64-wide
-        // panel) and the stage's barrier counts the bytes; the others arrive. The last tile
-        // (keys past key_hi, whose slots may hold anything, even NaN) takes the cp.async path
-        // below, which zero-fills them.
-        if (tile_start + kN <= key_hi) {
+        // A tile of whole blocks below key_hi: box copies per (block, 64-wide panel), the
+        // stage's barrier counting the bytes. The last tile (keys past key_hi, whose slots may
+        // hold anything, even NaN) takes the cp.async path below, which zero-fills them.
+        if (tma_tile(j)) {
           // The first producer warp: lane 0 posts the stage's bytes, then each lane looks up
           // and copies its own boxes, so a tile's block-table reads (8 at 128 keys, block 16)
           // go out together instead of one dependent L2 round trip per box from one thread.
@@ -320,9 +322,9 @@ __global__ void __launch_bounds__(
   auto wait_stage = [&](int j) {
     mbarrier::wait(&full[j % kStages], (j / kStages) & 1);
     // cp.async copies are generic-proxy writes that wgmma (async proxy) must be fenced from; a
-    // TMA tile (the producer's condition: whole keys below key_hi) is async-proxy already, and
-    // its barrier's completion makes it visible (the fence costs a MEMBAR.ALL.CTA per tile).
-    if (!kTma || tile0 + (j + 1) * kN > key_hi) wgmma::fence_proxy_async();
+    // TMA tile is async-proxy already, and its barrier's completion makes it visible (the fence
+    // costs a MEMBAR.ALL.CTA per tile).
+    if (!tma_tile(j)) wgmma::fence_proxy_async();
   };
 
   mbarrier::wait(q_full, 0);

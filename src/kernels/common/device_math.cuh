@@ -36,6 +36,13 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(src_bytes));
 }
+// cp_async_16 with an L2 hint to fetch the whole 128-byte line: for rows streamed whole (K/V,
+// latent), where it only saves DRAM requests.
+__device__ __forceinline__ void cp_async_16_l2_128(void* smem, const void* gmem, bool valid) {
+  const int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
+               "l"(gmem), "r"(src_bytes));
+}
 // Named barriers 1..15 (0 is __syncthreads) over `threads` threads, a multiple of 32: some
 // threads arrive (signal and go on), the others sync (wait for all `threads` arrivals).
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {

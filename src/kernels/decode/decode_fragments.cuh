@@ -27,14 +27,6 @@
 
 namespace tripath::kernels::decode {
 
-// cp_async_16 (src_bytes 0 zero-fills) with an L2 hint to fetch the whole 128-byte line: K/V
-// rows are streamed whole, so this only saves DRAM requests. Used for rows of >= 128 bytes.
-__device__ __forceinline__ void cp_async_16_l2_128(void* smem, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
-               "l"(gmem), "r"(src_bytes));
-}
-
 // Two e4m3 values (the low byte first) -> two f16 values (the low half first).
 __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
   const __half2_raw h =

@@ -162,8 +162,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
           valid ? kb[key] + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
                 : 0;
       if constexpr (D * sizeof(KvT) >= 128) {
-        decode::cp_async_16_l2_128(dk + key * kRowBytes + c * 16, k_cache + off, valid);
-        decode::cp_async_16_l2_128(dv + key * kRowBytes + c * 16, v_cache + off, valid);
+        cp_async_16_l2_128(dk + key * kRowBytes + c * 16, k_cache + off, valid);
+        cp_async_16_l2_128(dv + key * kRowBytes + c * 16, v_cache + off, valid);
       } else {
         cp_async_16(dk + key * kRowBytes + c * 16, k_cache + off, valid);
         cp_async_16(dv + key * kRowBytes + c * 16, v_cache + off, valid);

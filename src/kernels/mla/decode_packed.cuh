@@ -3,7 +3,8 @@
 // What it computes: for the packed rows of one decode request (row = query token * heads +
 // head), softmax(scale * q[576] . latent[576]) over the keys of one split, times latent[:512];
 // a final output (bf16 + natural LSE) when the request has a single split, else a partial state
-// (normalized f32 output + natural LSE) that the merge kernel combines.
+// (normalized f32 output + natural LSE) that the merge kernel combines, or with merge counters
+// the request's last split to finish (merge/merge_last_split.cuh).
 //
 // Grid: one block per MlaDecodeWorkItem = (request, split, block of kM rows). All heads of a
 // token share one latent row, so each 64-key tile of latent is loaded once into shared memory
@@ -31,6 +32,7 @@
 #include <type_traits>
 
 #include "common/device_math.cuh"
+#include "merge/merge_last_split.cuh"
 #include "mla/decode_item.cuh"
 #include "mla/params.h"
 
@@ -441,6 +443,22 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       }
     }
   }
+
+  // A partial item with merge counters: the request's last split to finish merges the rows.
+  if (it.split < 0 || p.merge_counters == nullptr) return;
+  const int parts = p.token_parts[span.tok0];
+  if (!merge_last_split_arrives(p.merge_counters + it.merge_slot, parts)) return;
+  constexpr int kVec = kMlaLatent / 4;  // 4-dim chunks per row
+  for (int idx = tid; idx < kM * kVec; idx += Cfg::kThreads) {
+    const int lr = idx / kVec, d = (idx % kVec) * 4;
+    if (it.row_begin + lr >= span.row_end) continue;
+    const int64_t grow = span.row0 + lr;
+    merge_last_split_chunk<bf16>(p.partial_out, p.partial_lse, part_rows, parts, grow,
+                                 kMlaLatent, d, kNegInf,
+                                 static_cast<bf16*>(p.out) + grow * kMlaLatent,
+                                 d == 0 && p.lse != nullptr ? p.lse + grow : nullptr);
+  }
+  if (tid == 0) p.merge_counters[it.merge_slot] = 0;
 }
 
 template <int kMTiles, typename CacheT, bool kLoadsOnly>

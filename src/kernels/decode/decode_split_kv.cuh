@@ -416,17 +416,18 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
   if (it.split < 0 || p.merge_counters == nullptr) return;
   const int parts = p.token_parts[tok0];
   if (!merge_last_split_arrives(p.merge_counters + it.merge_slot, parts)) return;
-  const int64_t part_stride = int64_t(p.num_tokens) * p.num_q_heads;
-  for (int idx = tid; idx < 16 * (D / 4); idx += kThreads) {
-    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
-    if (gr >= row_end) continue;
-    const int head = it.q_head + gr % rpt;
-    const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
-    merge_last_split_chunk<T>(p.partial_out, p.partial_lse, part_stride, parts, row, D, d,
-                              p.sinks != nullptr ? p.sinks[head] : kNegInf,
-                              static_cast<T*>(p.out) + row * D,
-                              d == 0 && p.lse != nullptr ? p.lse + row : nullptr);
-  }
+  // Scratch: the stage ring (the combine above is done with it: the arrival's barrier).
+  merge_last_split_rows<T, 16, D, kThreads>(
+      p.partial_out, p.partial_lse, int64_t(p.num_tokens) * p.num_q_heads, parts,
+      row_end - it.row_begin,
+      [&](int r) {
+        const int gr = it.row_begin + r;
+        return int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt;
+      },
+      [&](int r) {
+        return p.sinks != nullptr ? p.sinks[it.q_head + (it.row_begin + r) % rpt] : kNegInf;
+      },
+      static_cast<T*>(p.out), p.lse, reinterpret_cast<float*>(smem));
   if (tid == 0) p.merge_counters[it.merge_slot] = 0;
 }
 

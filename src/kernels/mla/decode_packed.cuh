@@ -448,16 +448,11 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   if (it.split < 0 || p.merge_counters == nullptr) return;
   const int parts = p.token_parts[span.tok0];
   if (!merge_last_split_arrives(p.merge_counters + it.merge_slot, parts)) return;
-  constexpr int kVec = kMlaLatent / 4;  // 4-dim chunks per row
-  for (int idx = tid; idx < kM * kVec; idx += Cfg::kThreads) {
-    const int lr = idx / kVec, d = (idx % kVec) * 4;
-    if (it.row_begin + lr >= span.row_end) continue;
-    const int64_t grow = span.row0 + lr;
-    merge_last_split_chunk<bf16>(p.partial_out, p.partial_lse, part_rows, parts, grow,
-                                 kMlaLatent, d, kNegInf,
-                                 static_cast<bf16*>(p.out) + grow * kMlaLatent,
-                                 d == 0 && p.lse != nullptr ? p.lse + grow : nullptr);
-  }
+  // Scratch: the tile ring (idle since the loop's last wait and barrier).
+  merge_last_split_rows<bf16, kM, kMlaLatent, Cfg::kThreads>(
+      p.partial_out, p.partial_lse, part_rows, parts, span.row_end - it.row_begin,
+      [&](int r) { return span.row0 + r; }, [](int) { return kNegInf; },
+      static_cast<bf16*>(p.out), p.lse, reinterpret_cast<float*>(sTiles));
   if (tid == 0) p.merge_counters[it.merge_slot] = 0;
 }
 

@@ -358,12 +358,10 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
     }
   }
   EXPECT_EQ(names, (std::vector<std::string>{"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP",
-                                              "TRIPATH_EXTEND_GATHER", "TRIPATH_SPLIT_MERGE",
-                                              "TRIPATH_MLA_WGMMA"}));
+                                              "TRIPATH_EXTEND_GATHER", "TRIPATH_MLA_WGMMA"}));
   // The measured-faster kernels are the defaults: TMA loads, 128-key flash tiles with the
-  // serial consumer loop, split merges inside the decode kernels, and the wgmma MLA decode
-  // kernel.
-  EXPECT_EQ(defaults, (std::vector<int>{1, 4, 0, 1, 1}));
+  // serial consumer loop, and the wgmma MLA decode kernel.
+  EXPECT_EQ(defaults, (std::vector<int>{1, 4, 0, 1}));
 }
 
 // read_variant, the parser the GPU backends use at creation: unset / empty -> the default, a

@@ -30,8 +30,6 @@ struct GpuCase {
   bool flash_tma = true;         // three_path's TRIPATH_FLASH_TMA: 1 (default) TMA K/V loads,
                                  // 0 cp.async gathers
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
-  bool split_merge = true;       // three_path's TRIPATH_SPLIT_MERGE: 1 (default) the decode
-                                 // kernel merges its splits, 0 the merge kernel
   int flash_overlap = 4;         // three_path's TRIPATH_FLASH_OVERLAP: 4 (default: 128-key
                                  // tiles, serial loop), 0 (64-key tiles, serial loop),
                                  // 1 (pipelined consumers), 2 (also 128-key tiles, producer
@@ -167,17 +165,6 @@ std::vector<GpuCase> all_cases() {
       add(c, "extend_40k_chunked");
     }
     if (b == "three_path") {
-      // Decode splits merged by the merge kernel (TRIPATH_SPLIT_MERGE=0; the other cases take
-      // the decode kernel's own merge): GQA, sinks, fp8, a long context with many splits.
-      for (const GpuCase& m : std::vector<GpuCase>(out)) {
-        for (const char* name : {"three_path_decode_gqa8", "three_path_decode_sinks",
-                                 "three_path_fp8_decode_d128", "three_path_decode_128k"}) {
-          if (m.name != name) continue;
-          GpuCase k = m;
-          k.split_merge = false;
-          add(k, "kernel_merge_" + m.name.substr(b.size() + 1));
-        }
-      }
       // The flash kernel's loads, TMA (the default) and cp.async: every layout and block size
       // they take, head dims, the features, extend chunks whose starts are not block-aligned.
       std::vector<GpuCase> tma;
@@ -368,7 +355,6 @@ TEST_P(GpuBackendTest, MatchesReference) {
   {
     ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma ? "1" : "0");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
-    ScopedEnv merge("TRIPATH_SPLIT_MERGE", c.split_merge ? "1" : "0");
     const std::string overlap_value = std::to_string(c.flash_overlap);
     ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", overlap_value.c_str());
     backend = create_attention_backend(c.backend);
@@ -496,8 +482,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   struct Bad { const char* name; const char* value; };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
                       Bad{"TRIPATH_FLASH_OVERLAP", "6"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
-                      Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
-                      Bad{"TRIPATH_SPLIT_MERGE", "2"}}) {
+                      Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
@@ -506,8 +491,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
       EXPECT_NE(std::string(e.what()).find(b.name), std::string::npos) << e.what();
     }
   }
-  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER",
-                           "TRIPATH_SPLIT_MERGE"}) {
+  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER"}) {
     for (const char* ok : {"0", ""}) {
       ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";

@@ -39,8 +39,6 @@ struct MlaGpuCase {
   int wgmma = 0;  // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
                   // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
                   // padded to 64), 0 the mma.sync one
-  bool split_merge = true;  // TRIPATH_SPLIT_MERGE: 1 (default) the packed kernel merges its
-                            // splits, 0 the merge kernel
   std::vector<ReqShape> reqs;
 };
 
@@ -362,18 +360,6 @@ std::vector<MlaGpuCase> all_cases() {
              "threshold4_h24_one_split", "edge_tiny", "mixed_chunked_h16", "fp8_mixed_chunked_h16",
              "decode_h128"},
             3, "mla_wgmma_all_");
-  // The packed kernel's splits merged by the merge kernel (TRIPATH_SPLIT_MERGE=0; the cases
-  // above take the kernel's own merge): 16 heads, multi-token requests, fp8, 32 and 64 rows.
-  for (const MlaGpuCase& m : std::vector<MlaGpuCase>(out)) {
-    for (const char* name : {"mla_decode_h16", "mla_threshold4_h16", "mla_fp8_decode_h16",
-                             "mla_decode_h64", "mla_mixed_h16"}) {
-      if (m.name != name) continue;
-      MlaGpuCase k = m;
-      k.split_merge = false;
-      k.name = "mla_kernel_merge_" + m.name.substr(4);
-      out.push_back(k);
-    }
-  }
   return out;
 }
 
@@ -397,7 +383,6 @@ TEST_P(GpuMlaTest, MatchesReference) {
   {
     const std::string wgmma_value = std::to_string(c.wgmma);
     ScopedEnv wgmma("TRIPATH_MLA_WGMMA", wgmma_value.c_str());
-    ScopedEnv merge("TRIPATH_SPLIT_MERGE", c.split_merge ? "1" : "0");
     backend = create_mla_backend(c.backend);
   }
   MlaDevice d;
@@ -736,7 +721,7 @@ TEST(GpuMlaBench, PackedLoadsAlone) {
   std::vector<kernels::MlaDecodeWorkItem> list;
   for (int r = 0; r < kReqs; ++r)
     for (int sp = 0; sp < kSplits; ++sp)
-      list.push_back({r, sp, sp * kKeys / kSplits, (sp + 1) * kKeys / kSplits, 0, 0, {0, 0}});
+      list.push_back({r, sp, sp * kKeys / kSplits, (sp + 1) * kKeys / kSplits, 0, {0, 0, 0}});
   items.upload(list);
   kernels::MlaDecodeParams p{};
   p.q = q.get();

@@ -36,13 +36,6 @@ class DeviceBuffer {
     TRIPATH_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
     size_ = bytes;
   }
-  // ensure, with new memory zeroed (kept memory stays as it is): for counters that their
-  // kernels set back to zero.
-  void ensure_zeroed(size_t bytes) {
-    if (bytes <= size_) return;
-    ensure(bytes);
-    TRIPATH_CUDA_CHECK(cudaMemset(ptr_, 0, bytes));
-  }
   template <typename T>
   T* as(size_t byte_offset = 0) const {
     return reinterpret_cast<T*>(static_cast<char*>(ptr_) + byte_offset);

@@ -6,9 +6,7 @@
 // from the plan's split-KV partition (planned with num_kv_heads = 1: the latent is one KV head).
 //   mla_baseline: 16-row blocks, always partial states, then the merge kernel.
 //   mla: 16/32/64-row blocks (heads packed in M); a step whose requests all have one split
-//        writes the output directly, otherwise partial states, merged by the packed kernel's
-//        last split of each row block (TRIPATH_SPLIT_MERGE=1, the default) or, after the
-//        wgmma kernel and with TRIPATH_SPLIT_MERGE=0, by the merge kernel. 64-row
+//        writes the output directly, otherwise partial states and the merge kernel. 64-row
 //        steps on a bf16 cache run the Hopper wgmma kernel (decode_wgmma.cuh; 1.66x the
 //        mma.sync one at 128 heads on the H200), cp.async tile loads; TRIPATH_MLA_WGMMA=0
 //        keeps mma.sync there, =2 loads wgmma's tiles by TMA (measured 3% slower: the
@@ -142,7 +140,6 @@ class CudaMlaBackend final : public MlaBackend {
     wgmma_decode_ = wgmma >= 1 && kind_ == MlaKind::kPacked;
     wgmma_tma_ = wgmma >= 2;
     wgmma_all_rows_ = wgmma == 3;
-    split_merge_ = read_variant("TRIPATH_SPLIT_MERGE") == 1 && kind_ == MlaKind::kPacked;
   }
   ~CudaMlaBackend() override {
     if (cublas_ != nullptr) cublasDestroy(cublas_);
@@ -201,7 +198,6 @@ class CudaMlaBackend final : public MlaBackend {
     direct_ = kind_ == MlaKind::kPacked && max_splits_ <= 1;
     std::vector<kernels::MlaDecodeWorkItem> items;
     std::vector<int32_t> token_parts(static_cast<size_t>(nd), 0);
-    int32_t merge_groups = 0;  // row blocks (request, rows) of the split items
     for (int32_t d = 0; d < plan.decode.num_requests(); ++d) {
       const int32_t i = plan.decode.begin + d;
       const int32_t first = plan.decode_cu_splits[d];
@@ -212,13 +208,11 @@ class CudaMlaBackend final : public MlaBackend {
       for (int32_t s = 0; s < count; ++s) {
         const int32_t start = plan.split_kv_start[first + s];
         for (int rb = 0; rb < rows; rb += rows_per_block_) {
-          items.push_back({i, direct_ ? -1 : s, start, start + plan.split_kv_len[first + s], rb,
-                           merge_groups + rb / rows_per_block_, {0, 0}});
+          items.push_back(
+              {i, direct_ ? -1 : s, start, start + plan.split_kv_len[first + s], rb, {0, 0, 0}});
         }
       }
-      merge_groups += (rows + rows_per_block_ - 1) / rows_per_block_;
     }
-    if (!direct_) merge_counters_.ensure_zeroed(std::max<size_t>(merge_groups, 1) * sizeof(int32_t));
     // Longest key ranges first, as the planner's makespan model assumes: with more items than
     // resident blocks, the blocks that start last are then the short remainders, not a full split.
     std::stable_sort(items.begin(), items.end(), [](const auto& x, const auto& y) {
@@ -276,13 +270,7 @@ class CudaMlaBackend final : public MlaBackend {
       }
       TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_wgmma(p, map, stream));
     } else {
-      // The packed kernel merges its splits itself (the last split of each row block).
-      if (split_merge_ && !direct_) {
-        p.merge_counters = merge_counters_.as<int32_t>();
-        p.token_parts = arena_.at<int32_t>(token_parts_);
-      }
       TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_packed(p, rows_per_block_, c.dtype, stream));
-      if (p.merge_counters != nullptr) return;
     }
     if (direct_) return;
     kernels::MergeParams m{};
@@ -580,8 +568,6 @@ class CudaMlaBackend final : public MlaBackend {
   bool direct_ = false;
   size_t decode_items_ = 0, token_parts_ = 0, decode_lse_offset_ = 0;
   DeviceBuffer decode_ws_;
-  bool split_merge_ = true;      // TRIPATH_SPLIT_MERGE (the packed kernel's own merge)
-  DeviceBuffer merge_counters_;  // one per decode row block, zero between launches
 
   // extend / prefill
   std::vector<Pass> passes_;

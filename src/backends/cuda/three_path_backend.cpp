@@ -1,7 +1,6 @@
 // three_path: each class of the ordered step on its own path (shared/DESIGN.md section 3).
 //  - decode: split-KV over the planner's partition (16-row tiles: one token x the GQA group
-//    when it fits), partial states merged (with sinks) by the decode kernel's last split of
-//    each row group (TRIPATH_SPLIT_MERGE=1, the default) or the merge kernel;
+//    when it fits), partial states merged (with sinks) by the merge kernel;
 //  - prefill: causal attention over the new tokens, final output written directly;
 //  - extend: the causal self-part, then the cached context one planner chunk at a time (at most
 //    extend_chunk_budget context tokens per round across the extend requests), each round
@@ -72,17 +71,14 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     order; =2: the same with 128-key tiles; =3: =1 with the two consumer warpgroups taking
   //     turns at the tensor cores (FA3's ping-pong); =5: =2 with =3's turns.
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
-  //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
-  //   TRIPATH_SPLIT_MERGE (default 1): the split-KV decode kernel's last split of each row
-  //     group merges the group; 0: the merge kernel after it.
-  //   A value outside the list is an error naming the variable.
+  //   TRIPATH_EXTEND_GATHER defaults to 0 (off). A value outside the list is an error naming
+  //   the variable.
   ThreePathBackend() {
     flash_tma_ = read_variant("TRIPATH_FLASH_TMA") == 1;
     // FlashConsumerMode's values are the variable's: 0 serial, 1 overlap, 2 wide, 3 ping-pong,
     // 4 wide tiles with the serial loop, 5 wide tiles with ping-pong.
     flash_mode_ = static_cast<kernels::FlashConsumerMode>(read_variant("TRIPATH_FLASH_OVERLAP"));
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
-    split_merge_ = read_variant("TRIPATH_SPLIT_MERGE") == 1;
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -111,24 +107,16 @@ class ThreePathBackend final : public CudaAttentionBackend {
     // One split per request: the kernel writes the output itself, no partials and no merge.
     decode_direct_ = decode_splits_ <= 1;
     std::vector<int32_t> token_parts(static_cast<size_t>(plan.num_tokens), 0);
-    int32_t merge_groups = 0;  // row groups (request, kv head, row block) of the split items
     for (int32_t d = 0; d < plan.decode.num_requests(); ++d) {
       const int32_t i = plan.decode.begin + d;
       const int32_t first = plan.decode_cu_splits[d], count = plan.decode_cu_splits[d + 1] - first;
       for (int32_t t = 0; t < plan.query_lens[i]; ++t) token_parts[plan.cu_seqlens_q[i] + t] = count;
-      int32_t per_split = 0;  // every split of a request adds the same row groups, in one order
       for (int32_t s = 0; s < count; ++s) {
         const int32_t start = plan.split_kv_start[first + s];
-        const size_t before = items.size();
         add_items(items, plan, i, group, hkv, decode_rows, start, start + plan.split_kv_len[first + s],
                   decode_direct_ ? -1 : s);
-        for (size_t k = before; k < items.size(); ++k)
-          items[k].merge_slot = merge_groups + static_cast<int32_t>(k - before);
-        per_split = static_cast<int32_t>(items.size() - before);
       }
-      merge_groups += per_split;
     }
-    if (!decode_direct_) merge_counters_.ensure_zeroed(std::max<size_t>(merge_groups, 1) * sizeof(int32_t));
     push_launch(items, decode_tile_, Launch::kDecode, -1);
 
     // Prefill and extend, as 64-row items for the unified tiles and, where the flash kernel
@@ -221,13 +209,6 @@ class ThreePathBackend final : public CudaAttentionBackend {
       }
       // The partial buffers hold only this path's tokens: one "token block" per split slot.
       if (l.kind == Launch::kDecode) p.num_tokens = static_cast<int32_t>(plan.decode.num_tokens());
-      // The split-KV decode kernel merges its splits itself (the last split of each row group).
-      const bool fused_merge =
-          l.kind == Launch::kDecode && decode_kernel && !decode_direct_ && split_merge_;
-      if (fused_merge) {
-        p.merge_counters = merge_counters_.as<int32_t>();
-        p.token_parts = arena().at<int32_t>(token_parts_offset_);
-      }
       // Gathered chunks: copy the chunk, then read the workspace (the items are shifted).
       const bool gathered = gather && l.kind == Launch::kExtendChunk;
       if (gathered) {
@@ -244,7 +225,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
             kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
       }
 
-      if (l.kind == Launch::kDecode && !decode_direct_ && !fused_merge) {
+      if (l.kind == Launch::kDecode && !decode_direct_) {
         kernels::MergeParams m{};
         m.part_out = decode_out - dec_row0 * dim;
         m.part_lse = decode_lse - dec_row0;
@@ -369,8 +350,6 @@ class ThreePathBackend final : public CudaAttentionBackend {
   size_t items_offset_ = 0, token_parts_offset_ = 0;
   std::vector<Launch> launches_;
   DeviceBuffer workspace_;
-  bool split_merge_ = true;      // TRIPATH_SPLIT_MERGE
-  DeviceBuffer merge_counters_;  // one per decode row group, zero between launches
 };
 
 }  // namespace

@@ -6,8 +6,7 @@
 // the paged cache: causal with the context offset (query i sees keys <= context_len + i), left
 // window, soft-cap, fp8 k/v scales. A partial item (split >= 0) writes the normalized output and
 // natural-log LSE to the merge kernel's partial slot (merge_states applies sinks); an item with
-// split -1 writes the final output, sinks and LSE (the request's only split). With merge
-// counters the last split of each row group merges the group itself (merge_last_split.cuh).
+// split -1 writes the final output, sinks and LSE (the request's only split).
 //
 // Grid: one block per item; kWarps warps (4 for head dim <= 128, else 2) each own 16 keys of
 // every stage. Stages of kKeys = 16 * kWarps keys stream through shared memory in a kStages-deep
@@ -31,7 +30,6 @@
 #include "common/device_math.cuh"
 #include "common/kv_layout.h"
 #include "decode/decode_fragments.cuh"
-#include "merge/merge_last_split.cuh"
 #include "unified/params.h"
 
 namespace tripath::kernels {
@@ -411,24 +409,6 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
     *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
     if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
   }
-
-  // A partial item with merge counters: the request's last split to finish merges the rows.
-  if (it.split < 0 || p.merge_counters == nullptr) return;
-  const int parts = p.token_parts[tok0];
-  if (!merge_last_split_arrives(p.merge_counters + it.merge_slot, parts)) return;
-  // Scratch: the stage ring (the combine above is done with it: the arrival's barrier).
-  merge_last_split_rows<T, 16, D, kThreads>(
-      p.partial_out, p.partial_lse, int64_t(p.num_tokens) * p.num_q_heads, parts,
-      row_end - it.row_begin,
-      [&](int r) {
-        const int gr = it.row_begin + r;
-        return int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt;
-      },
-      [&](int r) {
-        return p.sinks != nullptr ? p.sinks[it.q_head + (it.row_begin + r) % rpt] : kNegInf;
-      },
-      static_cast<T*>(p.out), p.lse, reinterpret_cast<float*>(smem));
-  if (tid == 0) p.merge_counters[it.merge_slot] = 0;
 }
 
 template <int D, typename T, typename KvT>

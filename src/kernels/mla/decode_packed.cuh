@@ -3,8 +3,7 @@
 // What it computes: for the packed rows of one decode request (row = query token * heads +
 // head), softmax(scale * q[576] . latent[576]) over the keys of one split, times latent[:512];
 // a final output (bf16 + natural LSE) when the request has a single split, else a partial state
-// (normalized f32 output + natural LSE) that the merge kernel combines, or with merge counters
-// the request's last split to finish (merge/merge_last_split.cuh).
+// (normalized f32 output + natural LSE) that the merge kernel combines.
 //
 // Grid: one block per MlaDecodeWorkItem = (request, split, block of kM rows). All heads of a
 // token share one latent row, so each 64-key tile of latent is loaded once into shared memory
@@ -32,7 +31,6 @@
 #include <type_traits>
 
 #include "common/device_math.cuh"
-#include "merge/merge_last_split.cuh"
 #include "mla/decode_item.cuh"
 #include "mla/params.h"
 
@@ -443,17 +441,6 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       }
     }
   }
-
-  // A partial item with merge counters: the request's last split to finish merges the rows.
-  if (it.split < 0 || p.merge_counters == nullptr) return;
-  const int parts = p.token_parts[span.tok0];
-  if (!merge_last_split_arrives(p.merge_counters + it.merge_slot, parts)) return;
-  // Scratch: the tile ring (idle since the loop's last wait and barrier).
-  merge_last_split_rows<bf16, kM, kMlaLatent, Cfg::kThreads>(
-      p.partial_out, p.partial_lse, part_rows, parts, span.row_end - it.row_begin,
-      [&](int r) { return span.row0 + r; }, [](int) { return kNegInf; },
-      static_cast<bf16*>(p.out), p.lse, reinterpret_cast<float*>(sTiles));
-  if (tid == 0) p.merge_counters[it.merge_slot] = 0;
 }
 
 template <int kMTiles, typename CacheT, bool kLoadsOnly>

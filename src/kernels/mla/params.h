@@ -33,8 +33,7 @@ struct MlaDecodeWorkItem {
   int32_t kv_begin;  // key range of the split, within the request's seq_len keys
   int32_t kv_end;
   int32_t row_begin;  // first packed row of the block
-  int32_t merge_slot;  // split items with merge_counters: the counter of the item's rows
-  int32_t pad[2];
+  int32_t pad[3];
 };
 
 struct MlaDecodeParams {
@@ -48,10 +47,6 @@ struct MlaDecodeParams {
   const int32_t* cu_seqlens_q;     // [num_requests + 1] (decode tokens come first)
   const int32_t* context_lens;     // [num_requests]
   const MlaDecodeWorkItem* items;  // [num_items]
-  // Packed kernel only: set, the last split of a group of rows merges them itself
-  // (merge/merge_last_split.cuh); null, the merge kernel runs after.
-  int32_t* merge_counters;         // [groups], zero between launches
-  const int32_t* token_parts;      // [num_tokens]: the splits of each token's request
   int32_t num_items;
   int32_t num_tokens;  // decode tokens
   int32_t num_heads;

@@ -18,7 +18,7 @@ struct UnifiedWorkItem {
   int32_t kv_begin;   // key range (a split, or all keys the rows can see)
   int32_t kv_end;
   int32_t split;      // >= 0: write a partial state to split slot `split`; -1: final output
-  int32_t merge_slot; // split items with merge_counters: the counter of the item's rows
+  int32_t pad;
 };
 
 struct UnifiedParams {
@@ -34,10 +34,6 @@ struct UnifiedParams {
   const int32_t* cu_seqlens_q;  // [num_requests + 1]
   const int32_t* context_lens;  // [num_requests]
   const UnifiedWorkItem* items; // [num_items]
-  // Split-KV decode only: set, the last split of a group of rows merges them itself
-  // (merge/merge_last_split.cuh); null, the merge kernel runs after.
-  int32_t* merge_counters;      // [groups], zero between launches
-  const int32_t* token_parts;   // [tokens]: the splits of each token's request
   int32_t num_items;
   int32_t num_tokens;
   int32_t num_q_heads;

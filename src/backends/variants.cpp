@@ -21,6 +21,10 @@ std::vector<VariantVariable> variant_variables() {
        5, 4, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
+      {"TRIPATH_PDL", "three_path, mla",
+       "1: decode kernels and their merge launched as programmatic dependents (they start while "
+       "the kernel before them ends)",
+       1, 0, ""},
       {"TRIPATH_MLA_WGMMA", "mla",
        "1: wgmma decode kernel for 64-row steps on a bf16 cache; 2: the same with TMA loads; "
        "3: wgmma (TMA) on every bf16 step, rows padded to 64; 0: the mma.sync packed kernel",

@@ -30,6 +30,8 @@ struct GpuCase {
   bool flash_tma = true;         // three_path's TRIPATH_FLASH_TMA: 1 (default) TMA K/V loads,
                                  // 0 cp.async gathers
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
+  bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
+                                 // programmatic dependents)
   int flash_overlap = 4;         // three_path's TRIPATH_FLASH_OVERLAP: 4 (default: 128-key
                                  // tiles, serial loop), 0 (64-key tiles, serial loop),
                                  // 1 (pipelined consumers), 2 (also 128-key tiles, producer
@@ -165,6 +167,18 @@ std::vector<GpuCase> all_cases() {
       add(c, "extend_40k_chunked");
     }
     if (b == "three_path") {
+      // Decode kernel and merge as programmatic dependents (TRIPATH_PDL=1): GQA, sinks, a
+      // window, fp8, many splits, a mixed step (the flash launches after them stay plain).
+      for (const GpuCase& m : std::vector<GpuCase>(out)) {
+        for (const char* name : {"three_path_decode_gqa8", "three_path_decode_sinks",
+                                 "three_path_decode_window64", "three_path_fp8_decode_d128",
+                                 "three_path_decode_128k", "three_path_mixed_d128"}) {
+          if (m.name != name) continue;
+          GpuCase k = m;
+          k.pdl = true;
+          add(k, "pdl_" + m.name.substr(b.size() + 1));
+        }
+      }
       // The flash kernel's loads, TMA (the default) and cp.async: every layout and block size
       // they take, head dims, the features, extend chunks whose starts are not block-aligned.
       std::vector<GpuCase> tma;
@@ -355,6 +369,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
   {
     ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma ? "1" : "0");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
+    ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
     const std::string overlap_value = std::to_string(c.flash_overlap);
     ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", overlap_value.c_str());
     backend = create_attention_backend(c.backend);
@@ -420,8 +435,10 @@ INSTANTIATE_TEST_SUITE_P(AllCases, GpuBackendTest, ::testing::ValuesIn(all_cases
 TEST(GpuGraph, CaptureAndReplay) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  // three_path_gather: three_path with its extend chunks gathered (the gather kernel captured).
-  for (const std::string name : {"unified", "two_path", "three_path", "three_path_gather"}) {
+  // three_path_gather: three_path with its extend chunks gathered (the gather kernel captured);
+  // three_path_pdl: with TRIPATH_PDL=1 (programmatic edges in the graph).
+  for (const std::string name :
+       {"unified", "two_path", "three_path", "three_path_gather", "three_path_pdl"}) {
     for (bool decode_only : {true, false}) {
       SCOPED_TRACE(name + (decode_only ? " decode" : " mixed"));
       GpuCase c;
@@ -431,10 +448,11 @@ TEST(GpuGraph, CaptureAndReplay) {
       if (!spec_built(c.dim, c.dtype, c.cache)) GTEST_SKIP() << "128/bf16/bf16 not built";
       std::unique_ptr<AttentionBackend> backend;
       {
-        const bool gather = name == "three_path_gather";
+        const bool gather = name == "three_path_gather", pdl = name == "three_path_pdl";
         ScopedEnv env("TRIPATH_EXTEND_GATHER", gather ? "1" : "0");
+        ScopedEnv pdl_env("TRIPATH_PDL", pdl ? "1" : "0");
         ScopedEnv tma("TRIPATH_FLASH_TMA", nullptr), overlap("TRIPATH_FLASH_OVERLAP", nullptr);
-        backend = create_attention_backend(gather ? "three_path" : name);
+        backend = create_attention_backend(gather || pdl ? "three_path" : name);
       }
       HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype,
                              c.cache, true, 1, build_info().gpu_sm_count, 7);
@@ -482,7 +500,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   struct Bad { const char* name; const char* value; };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
                       Bad{"TRIPATH_FLASH_OVERLAP", "6"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
-                      Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"}}) {
+                      Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
+                      Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
@@ -491,7 +510,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
       EXPECT_NE(std::string(e.what()).find(b.name), std::string::npos) << e.what();
     }
   }
-  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER"}) {
+  for (const char* name :
+       {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER", "TRIPATH_PDL"}) {
     for (const char* ok : {"0", ""}) {
       ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";

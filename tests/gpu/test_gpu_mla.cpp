@@ -39,6 +39,7 @@ struct MlaGpuCase {
   int wgmma = 0;  // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
                   // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
                   // padded to 64), 0 the mma.sync one
+  bool pdl = false;  // TRIPATH_PDL=1: decode kernel and merge as programmatic dependents
   std::vector<ReqShape> reqs;
 };
 
@@ -360,6 +361,18 @@ std::vector<MlaGpuCase> all_cases() {
              "threshold4_h24_one_split", "edge_tiny", "mixed_chunked_h16", "fp8_mixed_chunked_h16",
              "decode_h128"},
             3, "mla_wgmma_all_");
+  // TRIPATH_PDL=1 (decode kernel and merge as programmatic dependents): the packed kernel at
+  // 16 heads (one and several tokens, fp8, a mixed step) and the wgmma kernel at 128.
+  for (const MlaGpuCase& m : std::vector<MlaGpuCase>(out)) {
+    for (const char* name : {"mla_decode_h16", "mla_threshold4_h16", "mla_fp8_decode_h16",
+                             "mla_mixed_h16", "mla_wgmma_decode_h128", "mla_wgmma_mixed_h128"}) {
+      if (m.name != name) continue;
+      MlaGpuCase k = m;
+      k.pdl = true;
+      k.name = "mla_pdl_" + m.name.substr(4);
+      out.push_back(k);
+    }
+  }
   return out;
 }
 
@@ -383,6 +396,7 @@ TEST_P(GpuMlaTest, MatchesReference) {
   {
     const std::string wgmma_value = std::to_string(c.wgmma);
     ScopedEnv wgmma("TRIPATH_MLA_WGMMA", wgmma_value.c_str());
+    ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
     backend = create_mla_backend(c.backend);
   }
   MlaDevice d;

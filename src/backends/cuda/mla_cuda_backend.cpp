@@ -12,7 +12,8 @@
 //        keeps mma.sync there, =2 loads wgmma's tiles by TMA (measured 3% slower: the
 //        kernel waits on its barriers, not its loads), =3 runs wgmma (TMA) on
 //        every bf16 step, a request's rows under 64 padded (its items are the same: with at
-//        most 64 rows a request has one row block whatever the block height).
+//        most 64 rows a request has one row block whatever the block height). TRIPATH_PDL=1
+//        launches the decode kernel and its merge as programmatic dependents.
 // Extend and prefill (non-absorbed, q/k 192, v 128), in passes over a bounded workspace: every
 // request's keys are cut into pieces (context pieces of at most `chunk` tokens, then its own new
 // tokens in pieces of at most `chunk`), a pass takes at most one piece of each request up to
@@ -140,6 +141,7 @@ class CudaMlaBackend final : public MlaBackend {
     wgmma_decode_ = wgmma >= 1 && kind_ == MlaKind::kPacked;
     wgmma_tma_ = wgmma >= 2;
     wgmma_all_rows_ = wgmma == 3;
+    pdl_ = read_variant("TRIPATH_PDL") == 1 && kind_ == MlaKind::kPacked;
   }
   ~CudaMlaBackend() override {
     if (cublas_ != nullptr) cublasDestroy(cublas_);
@@ -254,6 +256,7 @@ class CudaMlaBackend final : public MlaBackend {
     p.log2_block_size = log2_of(c.block_size);
     p.scale_log2 = params.effective_scale() * cache_scale * kLog2e;
     p.out_scale = cache_scale;
+    p.pdl = pdl_ ? 1 : 0;  // read by the packed and wgmma launches (the baseline's is plain)
     if (kind_ == MlaKind::kBaseline) {
       TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_baseline(p, c.dtype, stream));
     } else if (wgmma_decode_ &&
@@ -285,6 +288,7 @@ class CudaMlaBackend final : public MlaBackend {
     m.part_stride = nd * H;
     m.row_begin = 0;
     m.row_end = nd * H;
+    m.pdl = p.pdl;
     TRIPATH_CUDA_CHECK(kernels::launch_merge_states(m, DType::kBF16, stream));
   }
 
@@ -554,6 +558,7 @@ class CudaMlaBackend final : public MlaBackend {
   bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1 (the default), 2 or 3
   bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 2 or 3: its tiles by TMA (1: by cp.async)
   bool wgmma_all_rows_ = false;  // TRIPATH_MLA_WGMMA 3: also steps under 64 rows (padded)
+  bool pdl_ = false;             // TRIPATH_PDL=1 (mla only): decode and merge as dependents
   using LatentMapKey = std::tuple<const void*, int64_t, int>;  // cache, num_blocks, block_size
   TensorMapCache<LatentMapKey, kernels::MlaLatentMap> latent_maps_;
   kernels::MlaLatentMap latent_map_{};

@@ -71,14 +71,18 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     order; =2: the same with 128-key tiles; =3: =1 with the two consumer warpgroups taking
   //     turns at the tensor cores (FA3's ping-pong); =5: =2 with =3's turns.
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
-  //   TRIPATH_EXTEND_GATHER defaults to 0 (off). A value outside the list is an error naming
-  //   the variable.
+  //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
+  //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
+  //     dependents (launch_kernel.h): each may start while the kernel before it ends.
+  //     Default 0 until measured.
+  //   A value outside the list is an error naming the variable.
   ThreePathBackend() {
     flash_tma_ = read_variant("TRIPATH_FLASH_TMA") == 1;
     // FlashConsumerMode's values are the variable's: 0 serial, 1 overlap, 2 wide, 3 ping-pong,
     // 4 wide tiles with the serial loop, 5 wide tiles with ping-pong.
     flash_mode_ = static_cast<kernels::FlashConsumerMode>(read_variant("TRIPATH_FLASH_OVERLAP"));
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
+    pdl_ = read_variant("TRIPATH_PDL") == 1;
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -219,6 +223,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
         TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(
             params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
+        p.pdl = pdl_ ? 1 : 0;
         TRIPATH_CUDA_CHECK(kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
         TRIPATH_CUDA_CHECK(
@@ -239,6 +244,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
         m.part_stride = static_cast<int64_t>(decode_rows_total_);
         m.row_begin = dec_row0;
         m.row_end = plan.decode.token_end * hq;
+        m.pdl = pdl_ ? 1 : 0;
         TRIPATH_CUDA_CHECK(kernels::launch_merge_states(m, in.out.dtype, stream));
       } else if (l.kind == Launch::kExtendChunk) {
         const bool last = l.chunk == plan.num_chunks - 1;
@@ -350,6 +356,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   size_t items_offset_ = 0, token_parts_offset_ = 0;
   std::vector<Launch> launches_;
   DeviceBuffer workspace_;
+  bool pdl_ = false;  // TRIPATH_PDL=1
 };
 
 }  // namespace

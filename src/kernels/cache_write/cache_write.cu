@@ -13,6 +13,7 @@ namespace {
 
 template <typename T, typename CacheT>
 __global__ void cache_write_kernel(const __grid_constant__ CacheWriteParams p) {
+  pdl_launch_dependents();  // a decode kernel launched as a dependent may start (and wait)
   const int64_t t = blockIdx.x;
   const int64_t slot = p.slot_mapping[t];
   if (slot < 0) return;

@@ -43,6 +43,22 @@ __device__ __forceinline__ void cp_async_16_l2_128(void* smem, const void* gmem,
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(src_bytes));
 }
+// Programmatic dependent launch (sm_90; see launch_kernel.h): a kernel launched as a
+// programmatic dependent may start while the kernel before it in the stream is still running.
+// pdl_wait() returns once that kernel has completed and its writes are visible (at once after a
+// plain launch); every such kernel calls it before its first global access. pdl_launch_dependents()
+// lets the next kernel, if launched that way, start now (its own pdl_wait still waits for this
+// kernel's end).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 // Named barriers 1..15 (0 is __syncthreads) over `threads` threads, a multiple of 32: some
 // threads arrive (signal and go on), the others sync (wait for all `threads` arrivals).
 __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {

@@ -29,6 +29,7 @@
 
 #include "common/device_math.cuh"
 #include "common/kv_layout.h"
+#include "common/launch_kernel.h"
 #include "decode/decode_fragments.cuh"
 #include "unified/params.h"
 
@@ -95,6 +96,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
   int64_t* s_kb = reinterpret_cast<int64_t*>(smem + Cfg::kOffKB);  // [kStages][kKeys]
   float* s_qmul = reinterpret_cast<float*>(smem + Cfg::kOffQmul);
 
+  pdl_wait();  // a programmatic dependent (p.pdl): the cache write before it has finished
+  pdl_launch_dependents();
   const UnifiedWorkItem it = p.items[blockIdx.x];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tok0 = p.cu_seqlens_q[it.request];
@@ -423,8 +426,9 @@ cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
-  kernel<<<p.num_items, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  e = launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads), Cfg::kSmemBytes,
+                    stream, p);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // namespace tripath::kernels

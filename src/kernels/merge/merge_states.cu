@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "common/device_math.cuh"
+#include "common/launch_kernel.h"
 #include "merge/merge_states.h"
 
 namespace tripath::kernels {
@@ -35,6 +36,7 @@ __device__ __forceinline__ bool merge_row_start(const MergeParams& p, int64_t ro
 
 template <typename OutT>
 __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
+  pdl_wait();  // a programmatic dependent (p.pdl): the kernel that wrote the parts has finished
   const int64_t row = p.row_begin + (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.row_end) return;
@@ -63,6 +65,7 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
 // read once each, as float4, in the general form's order (same sums, same rounding).
 template <typename OutT, int kVec>
 __global__ void merge_states_vec_kernel(const __grid_constant__ MergeParams p) {
+  pdl_wait();
   const int64_t row = p.row_begin + (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.row_end) return;
@@ -117,16 +120,13 @@ cudaError_t launch(const MergeParams& p, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads);
   const bool vec = p.dim % 4 == 0 && p.dim <= 512 &&
                    reinterpret_cast<uintptr_t>(p.part_out) % 16 == 0;
-  if (vec && p.dim <= 128) {
-    merge_states_vec_kernel<OutT, 1><<<blocks, kThreads, 0, stream>>>(p);
-  } else if (vec && p.dim <= 256) {
-    merge_states_vec_kernel<OutT, 2><<<blocks, kThreads, 0, stream>>>(p);
-  } else if (vec) {
-    merge_states_vec_kernel<OutT, 4><<<blocks, kThreads, 0, stream>>>(p);
-  } else {
-    merge_states_kernel<OutT><<<blocks, kThreads, 0, stream>>>(p);
-  }
-  return cudaGetLastError();
+  auto kernel = vec && p.dim <= 128   ? merge_states_vec_kernel<OutT, 1>
+                : vec && p.dim <= 256 ? merge_states_vec_kernel<OutT, 2>
+                : vec                 ? merge_states_vec_kernel<OutT, 4>
+                                      : merge_states_kernel<OutT>;
+  const cudaError_t e =
+      launch_kernel(p.pdl != 0, kernel, dim3(blocks), dim3(kThreads), 0, stream, p);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // namespace

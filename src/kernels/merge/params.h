@@ -19,6 +19,7 @@ struct MergeParams {
                             // may be negative: parts anywhere in one allocation)
   int64_t row_begin;        // first row merged
   int64_t row_end;          // one past the last
+  int32_t pdl;              // host side: launch as a programmatic dependent (launch_kernel.h)
 };
 
 }  // namespace tripath::kernels

@@ -44,6 +44,7 @@ __device__ __forceinline__ void load8(const InT* src, float (&x)[8]) {
 
 template <typename InT, typename CacheT>
 __global__ void mla_cache_write_kernel(const __grid_constant__ MlaCacheWriteParams p) {
+  pdl_launch_dependents();  // a decode kernel launched as a dependent may start (and wait)
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t t = idx / kGroups;
   const int g = static_cast<int>(idx % kGroups);

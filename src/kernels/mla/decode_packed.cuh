@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "common/device_math.cuh"
+#include "common/launch_kernel.h"
 #include "mla/decode_item.cuh"
 #include "mla/params.h"
 
@@ -99,6 +100,8 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
   float* sAlpha = sMax + 2 * kM;            // [kM]
   float* sSum = sAlpha + kM;                // [kM]
 
+  pdl_wait();  // a programmatic dependent (p.pdl): the cache write before it has finished
+  pdl_launch_dependents();
   const MlaDecodeWorkItem it = p.items[blockIdx.x];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int H = p.num_heads;
@@ -451,8 +454,9 @@ cudaError_t launch_mla_decode_packed_kernel(const MlaDecodeParams& p, cudaStream
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(Cfg::kSmemBytes));
   if (e != cudaSuccess) return e;
-  kernel<<<p.num_items, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(p);
-  return cudaGetLastError();
+  const cudaError_t l = launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads),
+                                      Cfg::kSmemBytes, stream, p);
+  return l != cudaSuccess ? l : cudaGetLastError();
 }
 
 template <int kMTiles, typename CacheT>

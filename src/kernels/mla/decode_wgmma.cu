@@ -2,6 +2,7 @@
 // its launch.
 #include <algorithm>
 
+#include "common/launch_kernel.h"
 #include "common/tensor_map_encode.h"
 #include "flash_prefill_specializations.h"  // TRIPATH_FLASH_PREFILL_MLA: 1 when built for sm_90a
 #include "mla/decode_wgmma.cuh"
@@ -33,9 +34,10 @@ cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   MlaLatentMap none{};  // rows = 0: cp.async loads
-  mla_decode_wgmma_kernel<<<p.num_items, MlaWgmmaConfig::kThreads, smem, stream>>>(
-      p, map != nullptr ? *map : none);
-  return cudaGetLastError();
+  const MlaLatentMap& m = map != nullptr ? *map : none;
+  const cudaError_t l = launch_kernel(p.pdl != 0, mla_decode_wgmma_kernel, dim3(p.num_items),
+                                      dim3(MlaWgmmaConfig::kThreads), smem, stream, p, m);
+  return l != cudaSuccess ? l : cudaGetLastError();
 }
 
 }  // namespace tripath::kernels

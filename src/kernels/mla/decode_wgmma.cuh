@@ -75,6 +75,8 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
   const uint32_t aQ = raw_addr + pad;
   const uint32_t aT = aQ + Cfg::kBytesQ;
 
+  pdl_wait();  // a programmatic dependent (p.pdl): the cache write before it has finished
+  pdl_launch_dependents();
   const MlaDecodeWorkItem it = p.items[blockIdx.x];
   const int tid = threadIdx.x, wg = tid / 128, wt = tid % 128, warp = wt / 32, lane = tid % 32;
   const int H = p.num_heads;

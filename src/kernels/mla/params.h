@@ -55,6 +55,7 @@ struct MlaDecodeParams {
   int32_t log2_block_size;
   float scale_log2;  // softmax scale * cache scale * log2(e)
   float out_scale;   // cache scale for fp8 (values are raw e4m3), 1 otherwise
+  int32_t pdl;       // host side: launch as a programmatic dependent (launch_kernel.h)
 };
 
 // Non-absorbed path, step 1: latent rows of one pass gathered into a contiguous workspace.

@@ -48,6 +48,8 @@ struct UnifiedParams {
   float score_scale;            // softmax scale * k_scale (soft-cap path)
   float softcap;                // 0: off
   float v_scale;                // fp8 value scale (1 otherwise)
+  int32_t pdl;                  // host side: launch as a programmatic dependent (the split-KV
+                                // decode kernel; launch_kernel.h)
 };
 
 // Tile shapes. kRows16: 16 packed rows per block and its four warps split the keys (decode:

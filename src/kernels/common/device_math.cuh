@@ -43,6 +43,11 @@ __device__ __forceinline__ void cp_async_16_l2_128(void* smem, const void* gmem,
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(src_bytes));
 }
+// True when every lane's two row-rescale factors are exactly 1 (no row maximum moved): the
+// online softmax's O *= alpha is then the identity, and the tuned loops skip it per warp.
+__device__ __forceinline__ bool warp_rescale_is_identity(float alpha0, float alpha1) {
+  return __all_sync(0xffffffffu, alpha0 == 1.0f && alpha1 == 1.0f);
+}
 // Programmatic dependent launch (sm_90; see launch_kernel.h): a kernel launched as a
 // programmatic dependent may start while the kernel before it in the stream is still running.
 // pdl_wait() returns once that kernel has completed and its writes are visible (at once after a

@@ -3,7 +3,8 @@
 // while that kernel finishes, instead of after it, which hides the launch latency between the
 // small kernels of a decode step (cache write -> decode -> merge). A kernel launched this way
 // must call pdl_wait() (device_math.cuh) before its first global access. Without `pdl` it is a
-// plain launch; inside stream capture the attribute becomes a programmatic graph edge.
+// plain launch; inside stream capture the attribute becomes a programmatic graph edge. Returns
+// the launch's error, else cudaGetLastError() (what `<<<>>>` then cudaGetLastError gave).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,7 +24,8 @@ cudaError_t launch_kernel(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 b
   cfg.stream = stream;
   cfg.attrs = pdl ? attr : nullptr;
   cfg.numAttrs = pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&cfg, kernel, args...);
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, args...);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // namespace tripath::kernels

@@ -317,7 +317,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
     }
     // Once the maxima settle (most stages of a long context) alpha is exactly 1: skip the
     // D/2 multiplies per thread.
-    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+    if (!warp_rescale_is_identity(alpha[0], alpha[1])) {
 #pragma unroll
       for (int dn = 0; dn < D / 8; ++dn) {
         o[dn][0] *= alpha[0];
@@ -426,9 +426,8 @@ cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
-  e = launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads), Cfg::kSmemBytes,
-                    stream, p);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads),
+                       Cfg::kSmemBytes, stream, p);
 }
 
 }  // namespace tripath::kernels

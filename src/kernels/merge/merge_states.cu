@@ -124,9 +124,7 @@ cudaError_t launch(const MergeParams& p, cudaStream_t stream) {
                 : vec && p.dim <= 256 ? merge_states_vec_kernel<OutT, 2>
                 : vec                 ? merge_states_vec_kernel<OutT, 4>
                                       : merge_states_kernel<OutT>;
-  const cudaError_t e =
-      launch_kernel(p.pdl != 0, kernel, dim3(blocks), dim3(kThreads), 0, stream, p);
-  return e != cudaSuccess ? e : cudaGetLastError();
+  return launch_kernel(p.pdl != 0, kernel, dim3(blocks), dim3(kThreads), 0, stream, p);
 }
 
 }  // namespace

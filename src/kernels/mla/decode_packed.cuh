@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       const float a0 = sAlpha[mt * 16 + lane / 4], a1 = sAlpha[mt * 16 + lane / 4 + 8];
       // Once the row maxima settle (most tiles of a long split) alpha is exactly 1: skip the
       // kDW / 2 multiplies (a warp-uniform vote; the same skip as the decode and flash loops).
-      if (!__any_sync(0xffffffffu, a0 != 1.0f || a1 != 1.0f)) continue;
+      if (warp_rescale_is_identity(a0, a1)) continue;
 #pragma unroll
       for (int dn = 0; dn < kDW / 8; ++dn) {
         o[mt][dn][0] *= a0;
@@ -460,9 +460,8 @@ cudaError_t launch_mla_decode_packed_kernel(const MlaDecodeParams& p, cudaStream
   const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(Cfg::kSmemBytes));
   if (e != cudaSuccess) return e;
-  const cudaError_t l = launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads),
-                                      Cfg::kSmemBytes, stream, p);
-  return l != cudaSuccess ? l : cudaGetLastError();
+  return launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads),
+                       Cfg::kSmemBytes, stream, p);
 }
 
 template <int kMTiles, typename CacheT>

@@ -35,9 +35,8 @@ cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap
   if (e != cudaSuccess) return e;
   MlaLatentMap none{};  // rows = 0: cp.async loads
   const MlaLatentMap& m = map != nullptr ? *map : none;
-  const cudaError_t l = launch_kernel(p.pdl != 0, mla_decode_wgmma_kernel, dim3(p.num_items),
-                                      dim3(MlaWgmmaConfig::kThreads), smem, stream, p, m);
-  return l != cudaSuccess ? l : cudaGetLastError();
+  return launch_kernel(p.pdl != 0, mla_decode_wgmma_kernel, dim3(p.num_items),
+                       dim3(MlaWgmmaConfig::kThreads), smem, stream, p, m);
 }
 
 }  // namespace tripath::kernels

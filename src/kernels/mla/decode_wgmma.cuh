@@ -228,8 +228,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
     // O = diag(alpha) O + P V over this warpgroup's 256 value dims (16 keys per step). Once
     // the row maxima settle alpha is exactly 1: a warp skips its 128 multiplies (as the flash
     // kernel's serial loop does).
-    if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f))
-      fragment_scale_rows<kHalf>(o, alpha);
+    if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
     wgmma::fence_operands(o);
     wgmma::fence();
 #pragma unroll

@@ -340,7 +340,7 @@ __global__ void __launch_bounds__(
       scores(j, s, alpha);
       // Once a warp's row maxima settle (most tiles of a long row) alpha is exactly 1 and the
       // 64 multiplies of O change nothing: skipped, warp by warp.
-      if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) rescale_o(alpha);
+      if (!warp_rescale_is_identity(alpha[0], alpha[1])) rescale_o(alpha);
       pack_p(s);
       issue_pv(j % kStages);
       wgmma::wait<0>();

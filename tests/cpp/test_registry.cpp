@@ -390,6 +390,13 @@ TEST(Registry, ReadVariantParsesAndRejects) {
     ScopedEnv off(name, "0");
     EXPECT_EQ(tripath::read_variant(name), 0) << name;
   }
+  {
+    // TRIPATH_PDL: off unless asked for (not yet measured).
+    ScopedEnv unset("TRIPATH_PDL", nullptr);
+    EXPECT_EQ(tripath::read_variant("TRIPATH_PDL"), 0);
+    ScopedEnv on("TRIPATH_PDL", "1");
+    EXPECT_EQ(tripath::read_variant("TRIPATH_PDL"), 1);
+  }
   for (const char* good : {"0", "1", "2", "3", "4", "5"}) {
     ScopedEnv env("TRIPATH_FLASH_OVERLAP", good);
     EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), good[0] - '0');
@@ -403,7 +410,9 @@ TEST(Registry, ReadVariantParsesAndRejects) {
                        Bad{"TRIPATH_FLASH_OVERLAP", "12", "unset, 0, 1, 2, 3, 4 or 5"},
                        Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0, 1, 2 or 3"},
                        Bad{"TRIPATH_MLA_WGMMA", "4", "unset, 0, 1, 2 or 3"},
-                       Bad{"TRIPATH_FLASH_TMA", "2", "unset, 0 or 1"}}) {
+                       Bad{"TRIPATH_FLASH_TMA", "2", "unset, 0 or 1"},
+                       Bad{"TRIPATH_PDL", "2", "unset, 0 or 1"},
+                       Bad{"TRIPATH_PDL", "on", "unset, 0 or 1"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       tripath::read_variant(b.name);

@@ -61,40 +61,70 @@ __global__ void merge_states_kernel(const __grid_constant__ MergeParams p) {
   if (lane == 0 && p.lse != nullptr) p.lse[row] = mx + logf(total);
 }
 
-// Vectorized form: lane l holds dims [4 (l + 32 k), 4 (l + 32 k) + 4) for k < kVec; parts are
-// read once each, as float4, in the general form's order (same sums, same rounding).
+// Vectorized form: lane l holds dims [4 (l + 32 k), 4 (l + 32 k) + 4) for k < kVec. The row's
+// LSEs are read by the lanes together (lane i: parts i, i + 32, ...) and handed out by shuffle,
+// and the parts' outputs are loaded kBatch at a time before any is summed, so a row costs about
+// three memory round trips (parts count, LSEs, outputs) whatever its part count; the general
+// form's chain (LSE max, LSE sum, then LSE -> output per part, two parts in flight) made the
+// merge of a tp8 decode step 5.6 us in ncu. Sums run in the general form's order (sink, then
+// parts 0, 1, ...), with the same weights: same rounding.
 template <typename OutT, int kVec>
 __global__ void merge_states_vec_kernel(const __grid_constant__ MergeParams p) {
+  constexpr unsigned kAll = 0xffffffffu;
+  constexpr int kBatch = kVec == 1 ? 8 : kVec == 2 ? 4 : 2;  // parts in flight (registers)
   pdl_wait();
   const int64_t row = p.row_begin + (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.row_end) return;
-  int parts;
-  float mx, sink;
-  if (!merge_row_start<OutT>(p, row, lane, parts, mx, sink)) return;
+  const int parts = p.token_parts != nullptr ? p.token_parts[row / p.heads] : p.num_parts;
+  const float sink = p.sinks != nullptr ? p.sinks[row % p.heads] : -INFINITY;
+  auto lse_of = [&](int i) { return i < parts ? p.part_lse[i * p.part_stride + row] : -INFINITY; };
+  const float lse_first = lse_of(lane);  // parts 0..31, kept for their weights
+  float mx = fmaxf(sink, lse_first);
+  for (int i = lane + 32; i < parts; i += 32) mx = fmaxf(mx, lse_of(i));
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(kAll, mx, off));
   OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
+  if (mx == -INFINITY) {  // every part empty: 0 and LSE -inf, never NaN
+    for (int d = lane; d < p.dim; d += 32) out[d] = from_float<OutT>(0.0f);
+    if (lane == 0 && p.lse != nullptr) p.lse[row] = -INFINITY;
+    return;
+  }
   const int nvec = p.dim / 4;
   float total = p.sinks != nullptr ? expf(sink - mx) : 0.0f;
   float4 acc[kVec];
 #pragma unroll
   for (int k = 0; k < kVec; ++k) acc[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 2
-  for (int i = 0; i < parts; ++i) {
-    const float l = p.part_lse[i * p.part_stride + row];
-    if (l == -INFINITY) continue;  // uniform over the warp: one row
-    const float w = expf(l - mx);
-    total += w;
-    const float4* src =
-        reinterpret_cast<const float4*>(p.part_out + (i * p.part_stride + row) * p.dim);
+  for (int base = 0; base < parts; base += 32) {
+    const float lse_mine = base == 0 ? lse_first : lse_of(base + lane);
+    const int n = min(32, parts - base);
+    for (int b = 0; b < n; b += kBatch) {
+      float lse[kBatch];
+      float4 x[kBatch][kVec];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      const int v = lane + 32 * k;
-      if (v < nvec) {
-        const float4 x = src[v];
-        acc[k].x = fmaf(w, x.x, acc[k].x);
-        acc[k].y = fmaf(w, x.y, acc[k].y);
-        acc[k].z = fmaf(w, x.z, acc[k].z);
-        acc[k].w = fmaf(w, x.w, acc[k].w);
+      for (int u = 0; u < kBatch; ++u) {
+        lse[u] = __shfl_sync(kAll, lse_mine, (b + u) & 31);
+        const bool live = b + u < n && lse[u] != -INFINITY;  // uniform over the warp
+        const float4* src = reinterpret_cast<const float4*>(
+            p.part_out + ((base + b + u) * p.part_stride + row) * p.dim);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const int v = lane + 32 * k;
+          x[u][k] = live && v < nvec ? src[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u) {
+        if (b + u >= n || lse[u] == -INFINITY) continue;
+        const float w = expf(lse[u] - mx);
+        total += w;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          acc[k].x = fmaf(w, x[u][k].x, acc[k].x);
+          acc[k].y = fmaf(w, x[u][k].y, acc[k].y);
+          acc[k].z = fmaf(w, x[u][k].z, acc[k].z);
+          acc[k].w = fmaf(w, x[u][k].w, acc[k].w);
+        }
       }
     }
   }
@@ -116,7 +146,7 @@ template <typename OutT>
 cudaError_t launch(const MergeParams& p, cudaStream_t stream) {
   const int64_t rows = p.row_end - p.row_begin;
   if (rows <= 0) return cudaSuccess;
-  constexpr int kThreads = 256;  // 8 rows per block
+  constexpr int kThreads = 128;  // 4 rows per block: a tp8 step's 512 rows reach 128 SMs
   const unsigned blocks = static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads);
   const bool vec = p.dim % 4 == 0 && p.dim <= 512 &&
                    reinterpret_cast<uintptr_t>(p.part_out) % 16 == 0;

@@ -21,9 +21,6 @@
 //   PV    O[kM x 512] += P V with V = the tile's first 512 dims; each warp owns 512 / warps
 //         value dims of every row (64 dims: 32 to 128 f32 accumulators per thread), which is
 //         what keeps a 64 x 512 accumulator in registers without spills.
-// bf16 barriers per tile: two. The row-max barrier also frees tile j - 1's ring slots (every
-// warp is past P V(j - 1)), so the refill goes out after it; the P barrier also publishes tile
-// j + 1 (each thread waits for its own copies of it first).
 // Shared memory (kM = 64): Q 72 KB + 8 pieces 144 KB + P 8 KB + stats: 226 KB, one block per SM.
 // Specializations: kMTiles {1, 2, 4} x cache {bf16, fp8 e4m3}, q bf16 (decode_packed_*.cu).
 // Tests: tests/gpu/test_gpu_mla.cpp; benchmark: `tripath bench --mla-backend=mla`.
@@ -239,8 +236,6 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       load_pieces(q, min(kTP, kRing - kTP - q), key_base(span.key_lo + q * kPK));
     }
     next_base = key_base(span.key_lo + (kRing - kTP) * kPK);
-    cp_async_wait<kRing - 2 * kTP>();  // Q and tile 0 have landed (this thread's copies) ...
-    __syncthreads();                   // ... and everyone's
   }
 
   for (int j = 0; j < num_tiles; ++j) {
@@ -261,27 +256,15 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       cp_async_commit();
       next_base = key_base(tile_start + 3 * kN);
       tile = wide;
-    }
-    // bf16: tile j is visible (the previous iteration's P barrier waited for it). Its refill of
-    // tile j - 1's ring slots goes out after the row-max barrier below, the first point where
-    // every warp is past P V(j - 1): two barriers per tile, not three.
-    const int q0 = kTP * j + kRing - kTP;  // bf16: the refill's first piece
-    auto refill = [&] {
+    } else {
+      // Committed so far: kRing - kTP + kTP j groups; pieces up to kTP (j + 1) - 1 must land.
+      cp_async_wait<kRing - 2 * kTP>();
+      __syncthreads();  // ... for every thread; tile j - 1's pieces are no longer read
+      const int q0 = kTP * j + kRing - kTP;
       load_pieces(q0, kTP, next_base);
       next_base = key_base(span.key_lo + (q0 + kTP) * kPK);
-    };
-    // Committed after the refill: kRing + kTP j groups; tile j + 1's pieces (through
-    // kTP (j + 2) - 1) must land before the P barrier, which makes them everyone's.
-    auto wait_next_tile = [&] { cp_async_wait<kRing - 2 * kTP>(); };
-    if constexpr (kLoadsOnly) {
-      if constexpr (!Cfg::kFp8) {
-        __syncthreads();
-        refill();
-        wait_next_tile();
-        __syncthreads();
-      }
-      continue;
     }
+    if constexpr (kLoadsOnly) continue;
     // The 16-key group g of tile j (rows swizzled by key mod 8 in both layouts).
     auto keys16 = [&](int g) -> const bf16* {
       if constexpr (Cfg::kFp8) {
@@ -354,7 +337,6 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       if (lane % 4 == 0) sRowMax[qg * kM + qm * 16 + lane / 4 + 8 * i] = mx[i];
     }
     __syncthreads();
-    if constexpr (!Cfg::kFp8) refill();
 
     // P = exp2(S - running max) to shared memory as bf16; the new max, rescale and row sums.
     const float* max_old = sMax + (j % 2) * kM;
@@ -388,7 +370,6 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
         }
       }
     }
-    if constexpr (!Cfg::kFp8) wait_next_tile();
     __syncthreads();
 
     // O = diag(alpha) O + P V over this warp's value dims [d0, d0 + kDW) of every row.

@@ -16,8 +16,11 @@
 // head counts do not pay for padded MMA rows. Per tile:
 //   QK^T  S[kM x 64] over 576 dims on tensor cores (mma.sync m16n8k16); warp = (16-row M tile,
 //         group of 8, 16 or 32 keys); Q and the tile are read by ldmatrix from XOR-swizzled rows.
+//         16 rows on a bf16 cache instead: warp = (32 keys, 144 of the 576 dims) with its Q
+//         fragments in registers; the partial scores are summed in shared memory.
 //   softmax  the row max crosses the key groups through shared memory; P goes to shared memory
-//         as bf16; the running max, rescale factor and row sum live in shared memory.
+//         as bf16; the running max, rescale factor and row sum live in shared memory (16 rows,
+//         bf16: in the registers of each row's half-warp).
 //   PV    O[kM x 512] += P V with V = the tile's first 512 dims; each warp owns 512 / warps
 //         value dims of every row (64 dims: 32 to 128 f32 accumulators per thread), which is
 //         what keeps a 64 x 512 accumulator in registers without spills.
@@ -50,6 +53,8 @@ struct MlaPackedConfig {
   static constexpr int kDimsPerWarp = kMlaLatent / kWarps;
   static constexpr int kRowChunks = kMlaEntry / 8;  // 72 16-byte chunks per bf16 row
   static constexpr bool kFp8 = std::is_same_v<CacheT, fp8>;
+  // 16 rows, bf16: QK^T split over the 576 dims (see the kernel), Q held in registers.
+  static constexpr bool kSplitDims = kMTiles == 1 && !kFp8;
   static constexpr size_t kSmemQ = size_t(kM) * kMlaEntry * sizeof(bf16);
   static constexpr size_t kSmemTile = size_t(kN) * kMlaEntry * sizeof(bf16);
   static constexpr size_t kSmemP = size_t(kM) * kN * sizeof(bf16);
@@ -238,6 +243,37 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
     next_base = key_base(span.key_lo + (kRing - kTP) * kPK);
   }
 
+  // kSplitDims: warp w computes the scores of keys [32 (w / 4), + 32) over dims
+  // [144 (w % 4), + 144) (9 of the 36 16-dim k-steps), with those 9 Q fragments in registers,
+  // loaded once here; the four dim groups' partial scores meet in shared memory (sS, in Q's
+  // place, which nothing reads after this) and the softmax sums them. Before, each of the 8
+  // warps re-read all of Q (18 KB) by ldmatrix for its 8 keys every tile: 147 KB of the ~300 KB
+  // of shared-memory reads per 64-key tile, where the tile's copies take ~4300 cycles and
+  // shared memory serves 128 bytes a cycle.
+  constexpr int kSteps = kMlaEntry / 16, kDimGroups = 4, kStepsPerGroup = kSteps / kDimGroups;
+  static_assert(kSteps % kDimGroups == 0 && Cfg::kWarps == 2 * kDimGroups,
+                "8 warps: 4 dim groups x 2 key halves");
+  constexpr int kSRow = kN + 8;  // sS row pitch (floats): float2 stores 2-way, float4 reads free
+  static_assert(!Cfg::kSplitDims || size_t(kDimGroups) * 16 * kSRow * 4 <= Cfg::kSmemQ,
+                "partial scores fit in Q's space");
+  float* sS = reinterpret_cast<float*>(sQ);  // [dim group][16 rows][kSRow]
+  uint32_t qa[Cfg::kSplitDims ? kStepsPerGroup : 1][4];
+  int kofs[Cfg::kSplitDims ? kStepsPerGroup : 1];
+  float m_run = kNegInf, l_run = 0.0f;  // kSplitDims: row tid / 16's running max and sum
+  if constexpr (Cfg::kSplitDims) {
+    cp_async_wait<kRing - kTP - 1>();  // the first group (Q and piece 0): this thread's copies
+    __syncthreads();                   // ... and everyone's
+#pragma unroll
+    for (int i = 0; i < kStepsPerGroup; ++i) {
+      const int ks = kStepsPerGroup * (warp % kDimGroups) + i;
+      const int group = (ks / 4) * 64;
+      ldmatrix_x4(qa[i], sQ + (lane % 16) * kMlaEntry + group +
+                             (((2 * (ks % 4) + lane / 16) ^ lane) & 7) * 8);
+      kofs[i] = k_row + group + (((2 * (ks % 4) + (lane / 8) % 2) ^ lane) & 7) * 8;
+    }
+    // The loop's first barrier orders these reads before any warp writes sS over Q.
+  }
+
   for (int j = 0; j < num_tiles; ++j) {
     const int tile_start = span.key_lo + j * kN;
     const bf16* tile = nullptr;  // fp8: the widened tile
@@ -275,6 +311,76 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       }
     };
 
+    if constexpr (Cfg::kSplitDims) {
+      // Partial S for keys [32 kh, + 32) over this warp's 9 k-steps: 4 n-tiles, even and odd
+      // k-steps in separate accumulators (chains of 5 and 4).
+      const int kh = warp / kDimGroups, dg = warp % kDimGroups;
+      float sc[2][4][4] = {};
+#pragma unroll
+      for (int np = 0; np < 2; ++np) {
+        const bf16* kp = keys16(2 * kh + np);
+#pragma unroll
+        for (int i = 0; i < kStepsPerGroup; ++i) {
+          uint32_t b[4];
+          ldmatrix_x4(b, kp + kofs[i]);
+          mma_16816<bf16>(sc[i % 2][2 * np], qa[i], b[0], b[1]);
+          mma_16816<bf16>(sc[i % 2][2 * np + 1], qa[i], b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = lane / 4 + 8 * h, key = 32 * kh + 8 * nt + 2 * (lane % 4);
+          *reinterpret_cast<float2*>(sS + (dg * 16 + row) * kSRow + key) =
+              make_float2(sc[0][nt][2 * h] + sc[1][nt][2 * h],
+                          sc[0][nt][2 * h + 1] + sc[1][nt][2 * h + 1]);
+        }
+      }
+      __syncthreads();
+      // Softmax: thread (row r = tid / 16, keys 4 c .. 4 c + 3, c = tid % 16); a row's 16
+      // threads are one half-warp, so its max and sum reduce by shuffles, and each of them
+      // keeps the row's running max and sum in registers.
+      const int r = tid / 16, c = tid % 16;
+      float4 v = *reinterpret_cast<const float4*>(sS + r * kSRow + 4 * c);
+#pragma unroll
+      for (int g = 1; g < kDimGroups; ++g) {
+        const float4 x = *reinterpret_cast<const float4*>(sS + (g * 16 + r) * kSRow + 4 * c);
+        v.x += x.x;
+        v.y += x.y;
+        v.z += x.z;
+        v.w += x.w;
+      }
+      const int gr = it.row_begin + r;
+      const int lim = gr < span.row_end ? min(span.key_hi - 1, span.ctx + gr / H) : -1;
+      float e4[4] = {v.x, v.y, v.z, v.w};
+      float tile_max = kNegInf;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        e4[e] = tile_start + 4 * c + e <= lim ? e4[e] * p.scale_log2 : kNegInf;
+        tile_max = fmaxf(tile_max, e4[e]);
+      }
+#pragma unroll
+      for (int off = 8; off > 0; off /= 2)
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, off));
+      const float m_new = fmaxf(m_run, tile_max);
+      const float base = m_new == kNegInf ? 0.0f : m_new;
+      float sum = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        e4[e] = fast_exp2(e4[e] - base);
+        sum += e4[e];
+      }
+#pragma unroll
+      for (int off = 8; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      const float alpha = fast_exp2(m_run - base);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      *reinterpret_cast<uint2*>(sP + mla_swizzle<kN / 8>(r, c / 2) + (c % 2) * 4) =
+          make_uint2(pack2<bf16>(e4[0], e4[1]), pack2<bf16>(e4[2], e4[3]));
+      if (c == 0) sAlpha[r] = alpha;
+      __syncthreads();
+    } else {
     // S = Q K^T for this warp's 16 rows and kKW keys: 9 groups of 4 k-steps (8 chunks, one
     // swizzle group), the per-lane swizzle offsets precomputed (xa, xb).
     float s[kKW / 8][4];
@@ -379,6 +485,7 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
       for (int g = 0; g < kGroups; ++g) sum += sRowSum[g * kM + tid];
       sSum[tid] = sum;
     }
+    }  // kSplitDims
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
       const float a0 = sAlpha[mt * 16 + lane / 4], a1 = sAlpha[mt * 16 + lane / 4 + 8];
@@ -411,6 +518,12 @@ __global__ void __launch_bounds__(MlaPackedConfig<kMTiles, CacheT>::kThreads, 1)
           mma_16816<bf16>(o[mt][2 * dp + 1], a[mt], b[2], b[3]);
         }
       }
+    }
+  }
+  if constexpr (Cfg::kSplitDims) {
+    if (tid % 16 == 0) {  // the rows' running state, where the epilogue reads it
+      sMax[(num_tiles % 2) * kM + tid / 16] = m_run;
+      sSum[tid / 16] = l_run;
     }
   }
   cp_async_wait<0>();

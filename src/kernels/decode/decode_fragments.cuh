@@ -49,15 +49,10 @@ __host__ __device__ __forceinline__ int decode_o_dim(int tile, int e, int t) {
 
 // s[2][4] += Q K^T for this warp's 16 keys (two 8-key n-tiles). `tk` points at the warp's first
 // key row of the stage (kRowBytes apart); qf(ks) returns the A fragment of 16-dim step ks.
-// The even 16-dim steps accumulate into s, the odd ones into t, added at the end: four chains of
-// D / 64 dependent MMAs instead of two of D / 32. A dependent mma.sync waits out the previous
-// one's full latency; at two warps per scheduler nothing else hides it, and the fp8 kernel's top
-// stall in ncu was exactly that fixed-latency wait.
 template <int D, int kRowBytes, bool kFp8, typename MmaT, typename QFrag>
 __device__ __forceinline__ void decode_qk(float (&s)[2][4], const unsigned char* tk, int lane,
                                           QFrag&& qf) {
   constexpr int kSteps = D / 16;
-  float t[2][4] = {};
   if constexpr (!kFp8) {
     // Lanes 0-7: keys 0-7, dims 0-7 of the step; 8-15: keys 0-7, dims 8-15; 16-31: keys 8-15.
     const unsigned char* base =
@@ -68,9 +63,8 @@ __device__ __forceinline__ void decode_qk(float (&s)[2][4], const unsigned char*
       ldmatrix_x4(b, base + ks * 32);
       uint32_t a[4];
       qf(ks, a);
-      float(&acc)[2][4] = ks % 2 == 0 ? s : t;
-      mma_16816<MmaT>(acc[0], a, b[0], b[1]);
-      mma_16816<MmaT>(acc[1], a, b[2], b[3]);
+      mma_16816<MmaT>(s[0], a, b[0], b[1]);
+      mma_16816<MmaT>(s[1], a, b[2], b[3]);
     }
   } else {
     // One 16-byte chunk of a row is one 16-dim step. Lanes 0-7: keys 0-7 (n-tile 0), step 2i;
@@ -86,8 +80,8 @@ __device__ __forceinline__ void decode_qk(float (&s)[2][4], const unsigned char*
       mma_16816<MmaT>(s[0], a, e4m3x2_to_f16x2(r[0]), e4m3x2_to_f16x2(r[0] >> 16));
       mma_16816<MmaT>(s[1], a, e4m3x2_to_f16x2(r[1]), e4m3x2_to_f16x2(r[1] >> 16));
       qf(ks + 1, a);
-      mma_16816<MmaT>(t[0], a, e4m3x2_to_f16x2(r[2]), e4m3x2_to_f16x2(r[2] >> 16));
-      mma_16816<MmaT>(t[1], a, e4m3x2_to_f16x2(r[3]), e4m3x2_to_f16x2(r[3] >> 16));
+      mma_16816<MmaT>(s[0], a, e4m3x2_to_f16x2(r[2]), e4m3x2_to_f16x2(r[2] >> 16));
+      mma_16816<MmaT>(s[1], a, e4m3x2_to_f16x2(r[3]), e4m3x2_to_f16x2(r[3] >> 16));
     }
     if constexpr (kSteps % 2 == 1) {  // head dim 80: the last step alone (lanes 0-15 address)
       uint32_t r[2];
@@ -98,10 +92,6 @@ __device__ __forceinline__ void decode_qk(float (&s)[2][4], const unsigned char*
       mma_16816<MmaT>(s[1], a, e4m3x2_to_f16x2(r[1]), e4m3x2_to_f16x2(r[1] >> 16));
     }
   }
-#pragma unroll
-  for (int n = 0; n < 2; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) s[n][e] += t[n][e];
 }
 
 // o[D/8][4] += P V over this warp's 16 keys; `a` is P as the A fragment (k = the 16 keys).

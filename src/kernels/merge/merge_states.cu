@@ -17,20 +17,35 @@
 namespace tripath::kernels {
 namespace {
 
+// The row's part count and its sink's LSE (-inf without sinks).
+__device__ __forceinline__ int merge_row_parts(const MergeParams& p, int64_t row) {
+  return p.token_parts != nullptr ? p.token_parts[row / p.heads] : p.num_parts;
+}
+__device__ __forceinline__ float merge_row_sink(const MergeParams& p, int64_t row) {
+  return p.sinks != nullptr ? p.sinks[row % p.heads] : -INFINITY;
+}
+
+// A row whose parts are all empty: 0 and LSE -inf, never NaN.
+template <typename OutT>
+__device__ __forceinline__ void merge_write_empty_row(const MergeParams& p, int64_t row,
+                                                      int lane) {
+  OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
+  for (int d = lane; d < p.dim; d += 32) out[d] = from_float<OutT>(0.0f);
+  if (lane == 0 && p.lse != nullptr) p.lse[row] = -INFINITY;
+}
+
 // The row's parts and their maximum LSE (sinks included). A row whose parts are all empty is
 // written here (0, LSE -inf) and false returned.
 template <typename OutT>
 __device__ __forceinline__ bool merge_row_start(const MergeParams& p, int64_t row, int lane,
                                                 int& parts, float& mx, float& sink) {
-  parts = p.token_parts != nullptr ? p.token_parts[row / p.heads] : p.num_parts;
+  parts = merge_row_parts(p, row);
   mx = -INFINITY;
   for (int i = 0; i < parts; ++i) mx = fmaxf(mx, p.part_lse[i * p.part_stride + row]);
-  sink = p.sinks != nullptr ? p.sinks[row % p.heads] : -INFINITY;
+  sink = merge_row_sink(p, row);
   mx = fmaxf(mx, sink);
   if (mx != -INFINITY) return true;
-  OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
-  for (int d = lane; d < p.dim; d += 32) out[d] = from_float<OutT>(0.0f);
-  if (lane == 0 && p.lse != nullptr) p.lse[row] = -INFINITY;
+  merge_write_empty_row<OutT>(p, row, lane);
   return false;
 }
 
@@ -76,20 +91,19 @@ __global__ void merge_states_vec_kernel(const __grid_constant__ MergeParams p) {
   const int64_t row = p.row_begin + (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= p.row_end) return;
-  const int parts = p.token_parts != nullptr ? p.token_parts[row / p.heads] : p.num_parts;
-  const float sink = p.sinks != nullptr ? p.sinks[row % p.heads] : -INFINITY;
+  const int parts = merge_row_parts(p, row);
+  const float sink = merge_row_sink(p, row);
   auto lse_of = [&](int i) { return i < parts ? p.part_lse[i * p.part_stride + row] : -INFINITY; };
   const float lse_first = lse_of(lane);  // parts 0..31, kept for their weights
   float mx = fmaxf(sink, lse_first);
   for (int i = lane + 32; i < parts; i += 32) mx = fmaxf(mx, lse_of(i));
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) mx = fmaxf(mx, __shfl_xor_sync(kAll, mx, off));
-  OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
-  if (mx == -INFINITY) {  // every part empty: 0 and LSE -inf, never NaN
-    for (int d = lane; d < p.dim; d += 32) out[d] = from_float<OutT>(0.0f);
-    if (lane == 0 && p.lse != nullptr) p.lse[row] = -INFINITY;
+  if (mx == -INFINITY) {
+    merge_write_empty_row<OutT>(p, row, lane);
     return;
   }
+  OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
   const int nvec = p.dim / 4;
   float total = p.sinks != nullptr ? expf(sink - mx) : 0.0f;
   float4 acc[kVec];

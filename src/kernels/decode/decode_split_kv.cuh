@@ -8,10 +8,10 @@
 // natural-log LSE to the merge kernel's partial slot (merge_states applies sinks); an item with
 // split -1 writes the final output, sinks and LSE (the request's only split).
 //
-// Grid: one block per item; kWarps warps (4 for head dim <= 128, else 2) each own 16 keys of
-// every stage. Stages of kKeys = 16 * kWarps keys stream through shared memory in a kStages-deep
-// cp.async ring sized to keep two blocks per SM (bf16 D=128: 3 x 64 keys, 64 KB in flight per
-// block; fp8 D=128: 5 x 64 keys): one __syncthreads per stage. Each key's global row offset is
+// Grid: one block per item; kWarps warps (head dim <= 128: 4 for 16-bit KV, 6 for fp8; else 2)
+// each own 16 keys of every stage. Stages of kKeys = 16 * kWarps keys stream through shared
+// memory in a kStages-deep cp.async ring sized to keep two blocks per SM (bf16 D=128: 3 x 64
+// keys, 64 KB in flight per block; fp8 D=128: 3 x 96 keys): one __syncthreads per stage. Each key's global row offset is
 // computed once (one block-table lookup per key, a stage ahead, into shared memory), not per
 // 16-byte chunk. QK^T and PV on tensor cores (mma.sync m16n8k16, f32 accumulate), online softmax
 // in base 2 per warp; the warps' states combine through shared memory at the end. fp8 caches land
@@ -39,8 +39,14 @@ template <int D, typename T, typename KvT>
 struct DecodeConfig {
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
   using MmaT = std::conditional_t<kFp8, fp16, T>;  // fp8 widens exactly into f16
-  static constexpr int kWarps = D <= 128 ? 4 : 2;
+  // fp8 runs 6 warps: its loop is latency-bound (run f2's ncu: 2 warps per scheduler, 0.40
+  // issued per cycle, "wait" stalls first), and its halved stage bytes leave shared memory for
+  // 96-key stages at two blocks per SM; 16-bit KV keeps 4 (at 97% of copy already).
+  static constexpr int kWarps = D <= 128 ? (kFp8 ? 6 : 4) : 2;
   static constexpr int kThreads = 32 * kWarps;
+  // 6 warps need <= 170 registers for two blocks per SM; 4 warps fit any count (the bound would
+  // change their code: 168 -> 203 registers in ptxas).
+  static constexpr int kMinBlocks = kWarps > 4 ? 2 : 0;
   static constexpr int kKeys = 16 * kWarps;   // keys per stage: 16 per warp
   static constexpr int kPer = kFp8 ? 16 : 8;  // elements per 16-byte chunk
   static constexpr int kChunks = D / kPer;    // 16-byte chunks per K/V row
@@ -78,7 +84,8 @@ __device__ __forceinline__ int decode_phys_chunk(int layout, int c, int slot, in
 }
 
 template <int D, typename T, typename KvT>
-__global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
+__global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads,
+                                  DecodeConfig<D, T, KvT>::kMinBlocks)
     paged_decode_split_kv_kernel(const __grid_constant__ UnifiedParams p) {
   using Cfg = DecodeConfig<D, T, KvT>;
   using MmaT = typename Cfg::MmaT;
@@ -186,21 +193,25 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads)
   // 11 exactly down to 2^-29 of the row maximum; the score multiplier undoes 2^e.
   float row_mul[2] = {1.0f, 1.0f};
   if constexpr (kFp8) {
-    constexpr int kTpr = kThreads / 16;  // threads per row
+    // Threads per row: a power of two (the shuffle tree) of at most kThreads / 16; the warps
+    // past 16 rows' worth skip the conversion whole.
+    constexpr int kTpr = kThreads / 16 >= 8 ? 8 : kThreads / 16;
     const int r = tid / kTpr, part = tid % kTpr;
     int e = 0;
-    if constexpr (std::is_same_v<T, bf16>) {
-      float mx = 0.0f;
-      for (int d = part; d < D; d += kTpr) mx = fmaxf(mx, fabsf(to_float(s_q[r * kQStride + d])));
+    if (tid < 16 * kTpr) {
+      if constexpr (std::is_same_v<T, bf16>) {
+        float mx = 0.0f;
+        for (int d = part; d < D; d += kTpr) mx = fmaxf(mx, fabsf(to_float(s_q[r * kQStride + d])));
 #pragma unroll
-      for (int o = kTpr / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-      if (mx > 0.0f && mx < INFINITY) e = min(max(14 - ilogbf(mx), -120), 120);  // NaN: 0
-    }
-    const float up = __int_as_float((127 + e) << 23);  // 2^e, exact
-    if (part == 0) s_qmul[r] = __int_as_float((127 - e) << 23);
-    for (int d = part; d < D; d += kTpr) {
-      s_qh[r * kQStride + decode::decode_q_position(d)] =
-          __float2half_rn(to_float(s_q[r * kQStride + d]) * up);
+        for (int o = kTpr / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if (mx > 0.0f && mx < INFINITY) e = min(max(14 - ilogbf(mx), -120), 120);  // NaN: 0
+      }
+      const float up = __int_as_float((127 + e) << 23);  // 2^e, exact
+      if (part == 0) s_qmul[r] = __int_as_float((127 - e) << 23);
+      for (int d = part; d < D; d += kTpr) {
+        s_qh[r * kQStride + decode::decode_q_position(d)] =
+            __float2half_rn(to_float(s_q[r * kQStride + d]) * up);
+      }
     }
     __syncthreads();
     row_mul[0] = s_qmul[lane / 4];
@@ -426,8 +437,8 @@ cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
-  return launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads),
-                       Cfg::kSmemBytes, stream, p);
+  return launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads), Cfg::kSmemBytes,
+                       stream, p);
 }
 
 }  // namespace tripath::kernels

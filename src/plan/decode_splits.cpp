@@ -23,9 +23,11 @@
 namespace tripath {
 namespace {
 
-// Per-item cost beyond its keys, in key-equivalents: ~2 pipeline stages of the decode kernel
-// (64 keys each) of fill, plus the partial output and its merge.
-constexpr int64_t kItemOverheadKeys = 128;
+// Per-item cost beyond its keys, in key-equivalents: about one pipeline stage of the decode
+// kernel of fill, plus the partial output and its merge. Measured, not derived: at 128 the model
+// kept decode-mixed at S = 4080 (400 items: 190 us on the H200) over S = 1168 (1124 items: 174
+// us, run g1); 64 ranks them as measured and leaves the uniform shapes' choices unchanged.
+constexpr int64_t kItemOverheadKeys = 64;
 // Finer splits than this many items per slot are not considered (merge traffic, plan time).
 constexpr int64_t kMaxItemsPerSlot = 16;
 

@@ -225,13 +225,13 @@ int64_t items_for(const std::vector<int32_t>& kv, int64_t split, int heads) {
 }
 
 // Independent model of the documented rule: items (every split of every request, once per KV
-// head) cost their keys + 128, sorted longest first, each to the least-loaded of the slots.
+// head) cost their keys + 64, sorted longest first, each to the least-loaded of the slots.
 int64_t simulated_makespan(const std::vector<int32_t>& kv, int64_t split, int heads,
                            int64_t slots) {
   std::vector<int64_t> items;
   for (int32_t len : kv) {
     for (int64_t start = 0; start < len; start += split) {
-      for (int h = 0; h < heads; ++h) items.push_back(std::min<int64_t>(split, len - start) + 128);
+      for (int h = 0; h < heads; ++h) items.push_back(std::min<int64_t>(split, len - start) + 64);
     }
   }
   std::sort(items.begin(), items.end(), std::greater<int64_t>());

@@ -36,9 +36,9 @@ struct MlaGpuCase {
   int64_t chunk_budget = 32768;
   int work_units = 0;  // 0: the GPU's SM count
   bool lse = true;
-  int wgmma = 0;  // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
-                  // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
-                  // padded to 64), 0 the mma.sync one
+  int wgmma = 0;     // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
+                     // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
+                     // padded to 64), 0 the mma.sync one
   bool pdl = false;  // TRIPATH_PDL=1: decode kernel and merge as programmatic dependents
   std::vector<ReqShape> reqs;
 };
@@ -345,11 +345,11 @@ std::vector<MlaGpuCase> all_cases() {
       }
     }
   };
-  add_wgmma({"decode_h64", "decode_h128", "decode_bs64_h128", "decode_one_split_h128",
-             "threshold4_h16", "threshold4_h24", "threshold4_h128", "mixed_h128", "mixed_bs64_h64",
-             "fp8_decode_h128", "decode_h16", "mixed_threshold4_h16", "threshold4_h24_one_split",
-             "decode_h128_no_lse"},
-            1, "mla_wgmma_");
+  add_wgmma(
+      {"decode_h64", "decode_h128", "decode_bs64_h128", "decode_one_split_h128", "threshold4_h16",
+       "threshold4_h24", "threshold4_h128", "mixed_h128", "mixed_bs64_h64", "fp8_decode_h128",
+       "decode_h16", "mixed_threshold4_h16", "threshold4_h24_one_split", "decode_h128_no_lse"},
+      1, "mla_wgmma_");
   // Its TMA loads (TRIPATH_MLA_WGMMA=2; blocks of 16 keys: 4 boxes per panel and tile, of 64:
   // one; the last tile of every item stays cp.async).
   add_wgmma({"decode_h128", "decode_bs64_h128", "threshold4_h24", "mixed_h128",
@@ -691,85 +691,137 @@ TEST(GpuMlaErrors, UnpreparedPlanHeadsAndDtypes) {
 #endif
 }
 
+bool mla_bench_enabled() {
+  const char* env = std::getenv("TRIPATH_MLA_BENCH");
+  return env != nullptr && !std::string(env).empty() && std::string(env) != "0";
+}
+
+#ifdef TRIPATH_WITH_CUDA
+// mla-decode-4k's decode step on the device for the opt-in timing tests: 64 requests x 4096 keys,
+// block 64, block tables shuffled over the pool (as a serving cache is), random bf16 data in
+// [-1, 1); each request cut in `splits` equal key ranges, each range in items of `rows_per_item`
+// packed rows (the heads), as the mla backend lays them out.
+struct MlaTimingStep {
+  static constexpr int kReqs = 64, kKeys = 4096, kBlock = 64;
+  DeviceMem q, cache, out, lse, part_out, part_lse, bt, cu, ctx, items;
+  kernels::MlaDecodeParams p{};
+  double bytes = 0.0, flops = 0.0;
+
+  MlaTimingStep(int heads, int splits, int rows_per_item) {
+    constexpr int kBlocksPerReq = kKeys / kBlock;
+    const int num_blocks = kReqs * kBlocksPerReq;
+    std::mt19937 rng(7);
+    std::vector<int32_t> table(static_cast<size_t>(num_blocks));
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
+    auto bf16_bits = [&](size_t n) {
+      std::vector<uint16_t> v(n);
+      for (uint16_t& x : v) {
+        const float f = uni(rng);
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        x = static_cast<uint16_t>(u >> 16);
+      }
+      return v;
+    };
+    q.upload(bf16_bits(size_t(kReqs) * heads * kernels::kMlaEntry));
+    cache.upload(bf16_bits(size_t(num_blocks) * kBlock * kernels::kMlaEntry));
+    out.resize(size_t(kReqs) * heads * kernels::kMlaLatent * 2);
+    lse.resize(size_t(kReqs) * heads * 4);
+    part_out.resize(size_t(splits) * kReqs * heads * kernels::kMlaLatent * 4);
+    part_lse.resize(size_t(splits) * kReqs * heads * 4);
+    bt.upload(table);
+    std::vector<int32_t> cu_q(kReqs + 1), ctx_lens(kReqs, kKeys - 1);
+    std::iota(cu_q.begin(), cu_q.end(), 0);
+    cu.upload(cu_q);
+    ctx.upload(ctx_lens);
+    std::vector<kernels::MlaDecodeWorkItem> list;
+    for (int r = 0; r < kReqs; ++r)
+      for (int sp = 0; sp < splits; ++sp)
+        for (int rb = 0; rb < heads; rb += rows_per_item)
+          list.push_back({r, sp, sp * kKeys / splits, (sp + 1) * kKeys / splits, rb, {0, 0, 0}});
+    items.upload(list);
+    p.q = q.get();
+    p.cache = cache.get();
+    p.out = out.get();
+    p.lse = static_cast<float*>(lse.get());
+    p.partial_out = static_cast<float*>(part_out.get());
+    p.partial_lse = static_cast<float*>(part_lse.get());
+    p.block_table = static_cast<const int32_t*>(bt.get());
+    p.cu_seqlens_q = static_cast<const int32_t*>(cu.get());
+    p.context_lens = static_cast<const int32_t*>(ctx.get());
+    p.items = static_cast<const kernels::MlaDecodeWorkItem*>(items.get());
+    p.num_items = static_cast<int32_t>(list.size());
+    p.num_tokens = kReqs;
+    p.num_heads = heads;
+    p.max_blocks_per_request = kBlocksPerReq;
+    p.block_size = kBlock;
+    p.log2_block_size = 6;
+    p.scale_log2 = 1.4426950408889634f / std::sqrt(192.0f);
+    p.out_scale = 1.0f;
+    bytes = double(kReqs) * kKeys * kernels::kMlaEntry * 2;
+    flops = 2.0 * kReqs * kKeys * heads * double(kernels::kMlaEntry + kernels::kMlaLatent);
+  }
+};
+#endif
+
 // Opt-in timing (TRIPATH_MLA_BENCH=1): the 16-row packed decode kernel against its loads alone
-// (launch_mla_decode_packed_loads_only) on mla-decode-4k's 16-head shape (64 requests x 4096
-// keys, block 64, two splits per request as the mla plan cuts them): says whether the kernel
-// waits on its cp.async ring or on its math. Prints both times and the bytes' rates.
+// (launch_mla_decode_packed_loads_only) on mla-decode-4k's 16-head shape (two splits per request
+// as the mla plan cuts them): says whether the kernel waits on its cp.async ring or on its math.
+// Prints both times and the bytes' rates.
 TEST(GpuMlaBench, PackedLoadsAlone) {
   TRIPATH_REQUIRE_GPU();
-  const char* env = std::getenv("TRIPATH_MLA_BENCH");
-  if (env == nullptr || std::string(env).empty() || std::string(env) == "0")
-    GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+  if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
-  constexpr int kReqs = 64, kKeys = 4096, kHeads = 16, kBlock = 64, kSplits = 2;
-  constexpr int kBlocksPerReq = kKeys / kBlock;
-  const int num_blocks = kReqs * kBlocksPerReq;
-  // Block tables shuffled over the pool (as a serving cache is), random bf16 data in [-1, 1).
-  std::mt19937 rng(7);
-  std::vector<int32_t> table(static_cast<size_t>(num_blocks));
-  std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), rng);
-  std::uniform_real_distribution<float> uni(-1.0f, 1.0f);
-  auto bf16_bits = [&](size_t n) {
-    std::vector<uint16_t> v(n);
-    for (uint16_t& x : v) {
-      const float f = uni(rng);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      x = static_cast<uint16_t>(u >> 16);
-    }
-    return v;
-  };
-  DeviceMem q, cache, out, lse, part_out, part_lse, bt, cu, ctx, items;
-  q.upload(bf16_bits(size_t(kReqs) * kHeads * kernels::kMlaEntry));
-  cache.upload(bf16_bits(size_t(num_blocks) * kBlock * kernels::kMlaEntry));
-  out.resize(size_t(kReqs) * kHeads * kernels::kMlaLatent * 2);
-  lse.resize(size_t(kReqs) * kHeads * 4);
-  part_out.resize(size_t(kSplits) * kReqs * kHeads * kernels::kMlaLatent * 4);
-  part_lse.resize(size_t(kSplits) * kReqs * kHeads * 4);
-  bt.upload(table);
-  std::vector<int32_t> cu_q(kReqs + 1), ctx_lens(kReqs, kKeys - 1);
-  std::iota(cu_q.begin(), cu_q.end(), 0);
-  cu.upload(cu_q);
-  ctx.upload(ctx_lens);
-  std::vector<kernels::MlaDecodeWorkItem> list;
-  for (int r = 0; r < kReqs; ++r)
-    for (int sp = 0; sp < kSplits; ++sp)
-      list.push_back({r, sp, sp * kKeys / kSplits, (sp + 1) * kKeys / kSplits, 0, {0, 0, 0}});
-  items.upload(list);
-  kernels::MlaDecodeParams p{};
-  p.q = q.get();
-  p.cache = cache.get();
-  p.out = out.get();
-  p.lse = static_cast<float*>(lse.get());
-  p.partial_out = static_cast<float*>(part_out.get());
-  p.partial_lse = static_cast<float*>(part_lse.get());
-  p.block_table = static_cast<const int32_t*>(bt.get());
-  p.cu_seqlens_q = static_cast<const int32_t*>(cu.get());
-  p.context_lens = static_cast<const int32_t*>(ctx.get());
-  p.items = static_cast<const kernels::MlaDecodeWorkItem*>(items.get());
-  p.num_items = static_cast<int32_t>(list.size());
-  p.num_tokens = kReqs;
-  p.num_heads = kHeads;
-  p.max_blocks_per_request = kBlocksPerReq;
-  p.block_size = kBlock;
-  p.log2_block_size = 6;
-  p.scale_log2 = 1.4426950408889634f / std::sqrt(192.0f);
-  p.out_scale = 1.0f;
+  MlaTimingStep step(16, 2, 16);
   // Medians of 20 launches after 3 warm-ups.
   const double full = median_launch_us([&] {
-    EXPECT_EQ(kernels::launch_mla_decode_packed(p, 16, DType::kBF16, nullptr), cudaSuccess);
+    EXPECT_EQ(kernels::launch_mla_decode_packed(step.p, 16, DType::kBF16, nullptr), cudaSuccess);
   });
   const double loads = median_launch_us([&] {
-    EXPECT_EQ(kernels::launch_mla_decode_packed_loads_only(p, nullptr), cudaSuccess);
+    EXPECT_EQ(kernels::launch_mla_decode_packed_loads_only(step.p, nullptr), cudaSuccess);
   });
   TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
-  const double bytes = double(kReqs) * kKeys * kernels::kMlaEntry * 2;
-  std::printf("mla packed 16 rows, 64 x 4096 keys, %d items: kernel %.1f us (%.2f TB/s), loads "
-              "alone %.1f us (%.2f TB/s)\n",
-              p.num_items, full, bytes / full * 1e-6, loads, bytes / loads * 1e-6);
+  std::printf(
+      "mla packed 16 rows, 64 x 4096 keys, %d items: kernel %.1f us (%.2f TB/s), loads "
+      "alone %.1f us (%.2f TB/s)\n",
+      step.p.num_items, full, step.bytes / full * 1e-6, loads, step.bytes / loads * 1e-6);
   EXPECT_GT(full, 0.0);
   EXPECT_GT(loads, 0.0);
+#endif
+}
+
+// Opt-in timing (TRIPATH_MLA_BENCH=1): the wgmma kernel at 128 heads (mla-decode-4k: 64-row
+// items, 2 per split) split into its parts (launch_mla_decode_wgmma_probe): loads alone, math
+// alone on stale stages, math without P V. With 1 split the 128 items are one wave of one block
+// per SM; with 2 (the mla plan's cut) two waves. Prints each time and its microseconds per tile.
+TEST(GpuMlaBench, WgmmaParts) {
+  TRIPATH_REQUIRE_GPU();
+  if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+#ifdef TRIPATH_WITH_CUDA
+  if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
+  for (int splits : {1, 2}) {
+    MlaTimingStep step(128, splits, kernels::kMlaWgmmaRows);
+    const char* names[] = {"kernel", "loads alone", "math alone", "math without P V"};
+    double us[4];
+    for (int probe = 0; probe < 4; ++probe) {
+      us[probe] = median_launch_us([&] {
+        EXPECT_EQ(kernels::launch_mla_decode_wgmma_probe(step.p, probe, nullptr), cudaSuccess);
+      });
+    }
+    TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+    const int tiles = MlaTimingStep::kKeys / splits / 64;  // per item
+    const int waves = (step.p.num_items + 131) / 132;
+    for (int probe = 0; probe < 4; ++probe) {
+      std::printf(
+          "mla wgmma 128 heads, 64 x 4096 keys, %d items (%d splits): %s %.1f us (%.0f "
+          "TFLOP/s; %.2f us per tile)\n",
+          step.p.num_items, splits, names[probe], us[probe], step.flops / us[probe] * 1e-6,
+          us[probe] / (tiles * waves));
+      EXPECT_GT(us[probe], 0.0);
+    }
+  }
 #endif
 }
 

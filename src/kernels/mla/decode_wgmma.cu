@@ -26,17 +26,40 @@ bool make_mla_latent_map(const void* cache, int64_t num_blocks, int block_size, 
   return true;
 }
 
-cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap* map,
-                                    cudaStream_t stream) {
+namespace {
+
+template <int kProbe>
+cudaError_t launch_wgmma(const MlaDecodeParams& p, const MlaLatentMap* map, cudaStream_t stream) {
   if (p.num_items == 0) return cudaSuccess;
   const int smem = static_cast<int>(MlaWgmmaConfig::kSmemBytes);
-  const cudaError_t e = cudaFuncSetAttribute(mla_decode_wgmma_kernel,
+  const cudaError_t e = cudaFuncSetAttribute(mla_decode_wgmma_kernel<kProbe>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   MlaLatentMap none{};  // rows = 0: cp.async loads
   const MlaLatentMap& m = map != nullptr ? *map : none;
-  return launch_kernel(p.pdl != 0, mla_decode_wgmma_kernel, dim3(p.num_items),
+  return launch_kernel(p.pdl != 0, mla_decode_wgmma_kernel<kProbe>, dim3(p.num_items),
                        dim3(MlaWgmmaConfig::kThreads), smem, stream, p, m);
+}
+
+}  // namespace
+
+cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap* map,
+                                    cudaStream_t stream) {
+  return launch_wgmma<kMlaProbeNone>(p, map, stream);
+}
+
+cudaError_t launch_mla_decode_wgmma_probe(const MlaDecodeParams& p, int probe,
+                                          cudaStream_t stream) {
+  switch (probe) {
+    case kMlaProbeLoadsOnly:
+      return launch_wgmma<kMlaProbeLoadsOnly>(p, nullptr, stream);
+    case kMlaProbeMathOnly:
+      return launch_wgmma<kMlaProbeMathOnly>(p, nullptr, stream);
+    case kMlaProbeNoPV:
+      return launch_wgmma<kMlaProbeNoPV>(p, nullptr, stream);
+    default:
+      return launch_wgmma<kMlaProbeNone>(p, nullptr, stream);
+  }
 }
 
 }  // namespace tripath::kernels

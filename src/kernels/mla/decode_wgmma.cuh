@@ -13,13 +13,13 @@
 // tile serves as K (all 9 panels, K-major) and V (panels 0-7, MN-major) without a copy.
 // Loads, one tile ahead (two 72 KB stages + 72 KB of Q: 226 KB, one block per SM): with a
 // latent map (map.rows > 0; TRIPATH_MLA_WGMMA=2 or 3, measured 3% slower than cp.async on the
-// H200: the warps wait at the P hand-off and the loop-top barrier, not on loads) thread 0 issues a TMA box copy per (cache block, 64-dim panel) of
-// every tile of whole keys below key_hi, landing 128-byte-swizzled on the stage's mbarrier;
-// tiles then start on a multiple of map.rows and keys before key_lo are masked. The last tile of
-// an item (keys past key_hi zero-filled, so no NaN from stale slots reaches P V) and every tile
-// without a map: all 256 threads cp.async, one block-table lookup per key per tile, fetched a
-// tile ahead. Built for sm_90a only (traps elsewhere; the backend checks).
-// Tests: tests/gpu/test_gpu_mla.cpp (`wgmma_*` cases).
+// H200: the warps wait at the P hand-off and the loop-top barrier, not on loads) thread 0 issues a
+// TMA box copy per (cache block, 64-dim panel) of every tile of whole keys below key_hi, landing
+// 128-byte-swizzled on the stage's mbarrier; tiles then start on a multiple of map.rows and keys
+// before key_lo are masked. The last tile of an item (keys past key_hi zero-filled, so no NaN from
+// stale slots reaches P V) and every tile without a map: all 256 threads cp.async, one block-table
+// lookup per key per tile, fetched a tile ahead. Built for sm_90a only (traps elsewhere; the
+// backend checks). Tests: tests/gpu/test_gpu_mla.cpp (`wgmma_*` cases).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -36,10 +36,10 @@
 namespace tripath::kernels {
 
 struct MlaWgmmaConfig {
-  static constexpr int kM = 64;                     // packed rows per block
-  static constexpr int kN = 64;                     // keys per tile
-  static constexpr int kThreads = 256;              // two warpgroups
-  static constexpr int kChunks = kMlaEntry / 8;     // 72 16-byte chunks per latent row
+  static constexpr int kM = 64;                      // packed rows per block
+  static constexpr int kN = 64;                      // keys per tile
+  static constexpr int kThreads = 256;               // two warpgroups
+  static constexpr int kChunks = kMlaEntry / 8;      // 72 16-byte chunks per latent row
   static constexpr int kValueHalf = kMlaLatent / 2;  // value dims per warpgroup
   static constexpr int kStages = 2;
   static constexpr uint32_t kBytesQ = uint32_t(kM) * kMlaEntry * 2;
@@ -53,6 +53,16 @@ struct MlaWgmmaConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
+// Timing probes (launch_mla_decode_wgmma_probe; outputs meaningless): which part of a tile's
+// time the loads and the math each take on their own.
+enum MlaWgmmaProbe : int {
+  kMlaProbeNone = 0,       // the kernel
+  kMlaProbeLoadsOnly = 1,  // every tile's loads, waits and barriers; no S, softmax or P V
+  kMlaProbeMathOnly = 2,   // the first kStages tiles loaded, then the math on stale stages
+  kMlaProbeNoPV = 3,       // as kMathOnly, without the P V products (S, softmax, P hand-off)
+};
+
+template <int kProbe>
 __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
     mla_decode_wgmma_kernel(const __grid_constant__ MlaDecodeParams p,
                             const __grid_constant__ MlaLatentMap map) {
@@ -70,7 +80,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
   unsigned char* sQ = smem_raw + pad;
   unsigned char* sT = sQ + Cfg::kBytesQ;
   uint4* sP = reinterpret_cast<uint4*>(sT + Cfg::kStages * Cfg::kBytesTile);  // [kN / 16][128]
-  float2* sAlpha = reinterpret_cast<float2*>(sP + (kN / 16) * 128);          // [128]
+  float2* sAlpha = reinterpret_cast<float2*>(sP + (kN / 16) * 128);           // [128]
   uint64_t* full = reinterpret_cast<uint64_t*>(sAlpha + 128);                 // [kStages]
   const uint32_t aQ = raw_addr + pad;
   const uint32_t aT = aQ + Cfg::kBytesQ;
@@ -114,6 +124,10 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
   __syncthreads();
   auto issue_tile = [&](int j, int64_t base) {
     const int stage = j % Cfg::kStages, tile_start = tile0 + j * kN;
+    if (kProbe >= kMlaProbeMathOnly && j >= Cfg::kStages) {  // the stage keeps its old tile
+      if (tid == 0) mbarrier::arrive(&full[stage]);
+      return;
+    }
     if (tma && tile_start + kN <= span.key_hi) {
       if (tid == 0) {
         mbarrier::arrive_expect_tx(&full[stage], Cfg::kBytesTile);
@@ -172,6 +186,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
     next_base = key_base(tile_start + 2 * kN);
     mbarrier::wait(&full[st], (j / Cfg::kStages) & 1);  // tile j's TMA bytes
     const uint32_t a_tile = aT + st * Cfg::kBytesTile;
+    if constexpr (kProbe == kMlaProbeLoadsOnly) continue;
 
     float alpha[2];
     if (wg == 0) {
@@ -229,6 +244,7 @@ __global__ void __launch_bounds__(MlaWgmmaConfig::kThreads, 1)
     // the row maxima settle alpha is exactly 1: a warp skips its 128 multiplies (as the flash
     // kernel's serial loop does).
     if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
+    if constexpr (kProbe == kMlaProbeNoPV) continue;
     wgmma::fence_operands(o);
     wgmma::fence();
 #pragma unroll

@@ -58,12 +58,12 @@ template <int D, int DV, bool kWide = false>
 struct FlashPrefillConfig {
   static_assert(D % 64 == 0 && DV % 64 == 0, "flash prefill needs 64-multiple head dims");
   static_assert(!kWide || (D == DV && D <= 128), "wide tiles: head dims up to 128");
-  static constexpr int kConsumers = 2;          // warpgroups of 64 rows
+  static constexpr int kConsumers = 2;                       // warpgroups of 64 rows
   static constexpr int kProducerThreads = kWide ? 128 : 64;  // a warpgroup, or two warps
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;  // kWide: 128 x 40 + 256 x 232
-  static constexpr int kM = 64 * kConsumers;    // packed query rows per block (kFlashPrefillRows)
+  static constexpr int kM = 64 * kConsumers;  // packed query rows per block (kFlashPrefillRows)
   static constexpr int kN = kWide ? 128 : flash_prefill_tile_keys(D, DV);  // keys per tile
   static constexpr uint32_t kBytesQ = uint32_t(kM) * D * 2;
   static constexpr uint32_t kBytesK = uint32_t(kN) * D * 2;
@@ -82,8 +82,7 @@ struct FlashPrefillConfig {
 
 template <int D, int DV, typename T, bool kTma,
           FlashConsumerMode kMode = FlashConsumerMode::kSerial>
-__global__ void __launch_bounds__(
-    FlashPrefillConfig<D, DV, flash_mode_is_wide(kMode)>::kThreads, 1)
+__global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(kMode)>::kThreads, 1)
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -105,7 +104,7 @@ __global__ void __launch_bounds__(
   unsigned char* sK = sQ + Cfg::kBytesQ;
   unsigned char* sV = sK + kStages * Cfg::kBytesK;
   uint64_t* full = reinterpret_cast<uint64_t*>(sQ + Cfg::kBytesTiles);  // [kStages]
-  uint64_t* empty = full + kStages;                                      // [kStages]
+  uint64_t* empty = full + kStages;                                     // [kStages]
   uint64_t* q_full = empty + kStages;
   const uint32_t aQ = raw_addr + pad;
   const uint32_t aK = aQ + Cfg::kBytesQ;
@@ -144,14 +143,16 @@ __global__ void __launch_bounds__(
     if constexpr (kWide) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Cfg::kProducerRegs));
     }
-    // Producers. Q: packed row r -> token (row_begin + r) / rpt, head q_head + (row_begin + r) % rpt.
+    // Producers. Q: packed row r -> token (row_begin + r) / rpt, head q_head + (row_begin + r) %
+    // rpt.
     const int pt = tid - Cfg::kConsumerThreads;
     constexpr int kChunksQ = D / 8;
     for (int idx = pt; idx < kM * kChunksQ; idx += Cfg::kProducerThreads) {
       const int r = idx / kChunksQ, c = idx % kChunksQ, gr = it.row_begin + r;
       const bool valid = gr < row_end;
       const T* src = static_cast<const T*>(p.q);
-      if (valid) src += (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8;
+      if (valid)
+        src += (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8;
       cp_async_16(sQ + sw128_offset(r, c, kM), src, valid);
     }
     mbarrier::arrive_on_cp_async(q_full);
@@ -163,8 +164,20 @@ __global__ void __launch_bounds__(
     constexpr int kThreadsPerKey = Cfg::kProducerThreads / kN;
     const int key = pt / kThreadsPerKey, part = pt % kThreadsPerKey;
     const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+    // TMA tiles: lane pt of the first warp copies the box rows [pt * rows, pt * rows + rows) of
+    // every tile (one cache block; maps.rows >= 8, so a lane has at most one per 128-key tile).
+    // Its block id for tile j + 1 is read while tile j is issued, so the table's L2 round trip
+    // runs during the wait for the stage instead of after it.
+    auto tma_block = [&](int j) -> int {
+      const int r0 = pt * maps.rows;
+      if (!kTma || pt >= 32 || r0 >= kN || j >= num_tiles || !tma_tile(j)) return 0;
+      return table[(tile0 + j * kN + r0) >> p.log2_block_size];
+    };
+    int next_block = tma_block(0);
     for (int j = 0; j < num_tiles; ++j) {
       const int st = j % kStages;
+      const int my_block = next_block;
+      next_block = tma_block(j + 1);
       if (j >= kStages) mbarrier::wait(&empty[st], ((j / kStages) - 1) & 1);
       const int tile_start = tile0 + j * kN;
       unsigned char* dk = sK + st * Cfg::kBytesK;
@@ -174,21 +187,23 @@ __global__ void __launch_bounds__(
         // stage's barrier counting the bytes. The last tile (keys past key_hi, whose slots may
         // hold anything, even NaN) takes the cp.async path below, which zero-fills them.
         if (tma_tile(j)) {
-          // The first producer warp: lane 0 posts the stage's bytes, then each lane looks up
-          // and copies its own boxes, so a tile's block-table reads (8 at 128 keys, block 16)
-          // go out together instead of one dependent L2 round trip per box from one thread.
+          // The first producer warp: lane 0 posts the stage's bytes, then each lane copies its
+          // own boxes (their block, read a tile ahead above: a tile's 8 table reads at 128
+          // keys and block 16 go out together, and before the wait for the stage).
           if (pt < 32) {
             if (pt == 0) mbarrier::arrive_expect_tx(&full[st], Cfg::kBytesK + Cfg::kBytesV);
             __syncwarp();
             const bool nhd = p.layout == kLayoutNHD;
-            for (int r0 = pt * maps.rows; r0 < kN; r0 += 32 * maps.rows) {
+            const int r0 = pt * maps.rows;
+            if (r0 < kN) {
               const int kabs = tile_start + r0;
-              const int block = table[kabs >> p.log2_block_size];
+              const int block = my_block;
               const int slot = kabs & (p.block_size - 1);
               // NHD maps are {dim, kv head, block * block_size + slot}; HND / tiled maps are
               // {dim, slot, block * kv heads + kv head}.
               const int c1 = nhd ? it.kv_head : slot;
-              const int c2 = nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
+              const int c2 =
+                  nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
 #pragma unroll
               for (int pk = 0; pk < D / 64; ++pk)
                 tma::load_3d(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1, c2, &full[st]);
@@ -470,8 +485,8 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
-    kernel<<<p.num_items, Cfg::kThreads, smem, stream>>>(p, maps != nullptr ? *maps
-                                                                              : FlashTensorMaps{});
+    kernel<<<p.num_items, Cfg::kThreads, smem, stream>>>(
+        p, maps != nullptr ? *maps : FlashTensorMaps{});
     return cudaGetLastError();
   };
   // One consumer mode, with or without tensor maps.

@@ -17,8 +17,9 @@ std::vector<VariantVariable> variant_variables() {
       {"TRIPATH_FLASH_OVERLAP", "three_path",
        "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong; "
        "4: 128-key tiles, producer warpgroup, serial consumers; 5: 2 + ping-pong; 0: 64-key "
-       "tiles, serial consumers",
-       5, 4, ""},
+       "tiles, serial consumers; timing probes of 4 (wrong outputs): 6 math alone, 7 loads "
+       "alone",
+       7, 4, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
       {"TRIPATH_PDL", "three_path, mla",
@@ -44,8 +45,8 @@ int read_variant(std::string_view name) {
       expected += d == v.max_value ? " or " : ", ";
       expected += std::to_string(d);
     }
-    const bool ok = v.value.empty() || (v.value.size() == 1 && v.value[0] >= '0' &&
-                                        v.value[0] <= '0' + v.max_value);
+    const bool ok = v.value.empty() ||
+                    (v.value.size() == 1 && v.value[0] >= '0' && v.value[0] <= '0' + v.max_value);
     TRIPATH_CHECK_ARG(ok, v.name, "'" + v.value + "'", expected);
     return v.value.empty() ? v.default_value : v.value[0] - '0';
   }

@@ -86,8 +86,10 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kOverlap =
-      kMode != FlashConsumerMode::kSerial && kMode != FlashConsumerMode::kWideSerial;
+  constexpr bool kMathOnly = kMode == FlashConsumerMode::kProbeMathOnly;
+  constexpr bool kLoadsOnly = kMode == FlashConsumerMode::kProbeLoadsOnly;
+  constexpr bool kOverlap = kMode != FlashConsumerMode::kSerial &&
+                            kMode != FlashConsumerMode::kWideSerial && !kMathOnly && !kLoadsOnly;
   constexpr bool kWide = flash_mode_is_wide(kMode);
   constexpr bool kPingPong =
       kMode == FlashConsumerMode::kPingPong || kMode == FlashConsumerMode::kWidePingPong;
@@ -179,6 +181,10 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       const int my_block = next_block;
       next_block = tma_block(j + 1);
       if (j >= kStages) mbarrier::wait(&empty[st], ((j / kStages) - 1) & 1);
+      if (kMathOnly && j >= kStages) {  // probe: the stage keeps its old tile
+        mbarrier::arrive(&full[st]);
+        continue;
+      }
       const int tile_start = tile0 + j * kN;
       unsigned char* dk = sK + st * Cfg::kBytesK;
       unsigned char* dv = sV + st * Cfg::kBytesV;
@@ -349,6 +355,10 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     // In series: S, softmax, P V; the other warpgroup fills the tensor cores meanwhile.
     for (int j = 0; j < num_tiles; ++j) {
       wait_stage(j);
+      if constexpr (kLoadsOnly) {  // probe: release the tile untouched
+        mbarrier::arrive(&empty[j % kStages]);
+        continue;
+      }
       issue_s(j % kStages, s);
       wgmma::wait<0>();
       wgmma::fence_operands(s);
@@ -516,6 +526,15 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
     if (mode == M::kWideSerial) {
       return launch_mode(std::integral_constant<M, M::kWideSerial>{},
                          FlashPrefillConfig<D, DV, true>{});
+    }
+    // The probes, on TMA loads only (the cp.async path keeps the kernel's own loop).
+    if (mode == M::kProbeMathOnly && maps != nullptr) {
+      return launch(flash_prefill_kernel<D, DV, T, true, M::kProbeMathOnly>,
+                    FlashPrefillConfig<D, DV, true>{});
+    }
+    if (mode == M::kProbeLoadsOnly && maps != nullptr) {
+      return launch(flash_prefill_kernel<D, DV, T, true, M::kProbeLoadsOnly>,
+                    FlashPrefillConfig<D, DV, true>{});
     }
   }
   return launch_mode(std::integral_constant<M, M::kSerial>{}, Base{});

@@ -38,12 +38,18 @@ enum class FlashConsumerMode : int {
   kWide = 2,
   kPingPong = 3,
   kWideSerial = 4,
-  kWidePingPong = 5
+  kWidePingPong = 5,
+  // Timing probes of kWideSerial on TMA loads (outputs meaningless; bench without --verify):
+  // the math alone (each item's first stages loaded, then the consumers run on stale stages)
+  // and the loads alone (the consumers only wait for each tile and release it).
+  kProbeMathOnly = 6,
+  kProbeLoadsOnly = 7
 };
 // Modes that run FlashPrefillConfig's wide shape (128-key tiles, a producer warpgroup).
 constexpr bool flash_mode_is_wide(FlashConsumerMode m) {
   return m == FlashConsumerMode::kWide || m == FlashConsumerMode::kWideSerial ||
-         m == FlashConsumerMode::kWidePingPong;
+         m == FlashConsumerMode::kWidePingPong || m == FlashConsumerMode::kProbeMathOnly ||
+         m == FlashConsumerMode::kProbeLoadsOnly;
 }
 
 template <int D, int DV, typename T>

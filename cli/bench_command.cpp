@@ -12,9 +12,9 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <type_traits>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -258,9 +258,9 @@ void bench_on_gpu(Backend& backend, Step& step, const std::optional<ReferenceOut
     for (int c = 0; c < copies; ++c)
       backend.run(step.step.plan, step.params, gpu.inputs(c, false, stream));
   };
-  std::vector<double> times = time_gpu_calls(call, static_cast<int>(options.warmup),
-                                             static_cast<int>(options.repeats), true,
-                                             &e.graph_used);
+  std::vector<double> times =
+      time_gpu_calls(call, static_cast<int>(options.warmup), static_cast<int>(options.repeats),
+                     true, &e.graph_used);
   for (double& t : times) t /= copies;
   e.timing = summarize(std::move(times));
   e.timed = true;
@@ -282,10 +282,12 @@ void bench_step(Step& step, const std::vector<std::string>& backend_names, const
   for (const std::string& name : backend_names) {
     if constexpr (std::is_same_v<Step, MlaStep>) {
       // Each MLA backend's own split-KV plan (the order, blocks and data stay the step's).
-      const int waves = options.split_waves_set ? static_cast<int>(options.split_waves)
-                                                : mla_split_waves(name);
-      if (step.step.input.split_waves != waves) {
+      const int waves =
+          options.split_waves_set ? static_cast<int>(options.split_waves) : mla_split_waves(name);
+      const int units = mla_split_units(name, step.params.num_heads);
+      if (step.step.input.split_waves != waves || step.step.input.num_kv_heads != units) {
         step.step.input.split_waves = waves;
+        step.step.input.num_kv_heads = units;
         step.step.plan = plan_step(step.step.input);
       }
     }
@@ -344,8 +346,11 @@ void print_table(std::ostream& out, const std::vector<Entry>& entries, bool veri
     if (have_ceilings) {
       const GpuCeilings& c = gpu_ceilings();
       const bool gpu = e.timed && e.on_gpu;
-      row.push_back(gpu ? fixed(100.0 * rate(e.cost.bytes, e.timing.median_ms, 1e12) / c.read_tbps, 1) : "-");
-      row.push_back(gpu ? fixed(100.0 * rate(e.cost.flops, e.timing.median_ms, 1e12) / c.gemm_tflops, 1) : "-");
+      row.push_back(
+          gpu ? fixed(100.0 * rate(e.cost.bytes, e.timing.median_ms, 1e12) / c.read_tbps, 1) : "-");
+      row.push_back(
+          gpu ? fixed(100.0 * rate(e.cost.flops, e.timing.median_ms, 1e12) / c.gemm_tflops, 1)
+              : "-");
     }
     if (verify) {
       row.push_back(!e.verified ? "-"
@@ -655,9 +660,10 @@ int run_bench(const std::vector<std::string>& args) {
                          {"copy_tbps", c.copy_tbps},
                          {"read_tbps", c.read_tbps},
                          {"gemm_bf16_tflops", c.gemm_tflops},
-                         {"how", "copy: kernel copy of 4 GiB, bytes read + written; read: kernel "
-                                 "reading 4 GiB with 16-byte loads; gemm: cuBLAS bf16 8192^3 on "
-                                 "random data; medians of 10"}};
+                         {"how",
+                          "copy: kernel copy of 4 GiB, bytes read + written; read: kernel "
+                          "reading 4 GiB with 16-byte loads; gemm: cuBLAS bf16 8192^3 on "
+                          "random data; medians of 10"}};
     }
     doc["entries"] = nlohmann::json::array();
     for (const Entry& e : entries) doc["entries"].push_back(entry_json(e));

@@ -233,7 +233,8 @@ int run_serve(const std::vector<std::string>& args) {
     sc.linear = o.linear && !host;
     sc.attribute_bytes = !host;
     sc.num_work_units = host ? std::max(1, info.num_threads) : std::max(1, info.gpu_sm_count);
-    sc.num_kv_heads = preset.is_mla ? 1 : preset.num_kv_heads;
+    sc.num_kv_heads =
+        preset.is_mla ? mla_split_units(p.backend, preset.num_q_heads) : preset.num_kv_heads;
     sc.split_waves = preset.is_mla ? mla_split_waves(p.backend) : StepInput{}.split_waves;
     sc.check_invariants = o.check;
 

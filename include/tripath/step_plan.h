@@ -24,12 +24,12 @@ struct StepInput {
   int64_t num_cache_blocks = 0;  // ids must lie in [0, num_cache_blocks)
   int block_size = 16;
 
-  int decode_threshold = 1;              // query_len <= threshold is decode
-  int64_t extend_chunk_budget = 32768;   // context tokens per extend chunk, across requests
-  int num_work_units = 1;                // GPU: SM count; CPU: threads
-  int num_kv_heads = 1;                  // independent decode work per split (one per KV head)
-  int min_split_tokens = 256;            // a split is never shorter than this (merge overhead)
-  int split_waves = 2;                   // decode slots per work unit (resident blocks per SM)
+  int decode_threshold = 1;             // query_len <= threshold is decode
+  int64_t extend_chunk_budget = 32768;  // context tokens per extend chunk, across requests
+  int num_work_units = 1;               // GPU: SM count; CPU: threads
+  int num_kv_heads = 1;                 // independent decode work per split (one per KV head)
+  int min_split_tokens = 256;           // a split is never shorter than this (merge overhead)
+  int split_waves = 2;                  // decode slots per work unit (resident blocks per SM)
 };
 
 // split_waves for the `mla` backend's steps: its decode kernels (mma.sync packed and wgmma) run
@@ -41,6 +41,14 @@ inline constexpr int kMlaSplitWaves = 1;
 inline int mla_split_waves(std::string_view mla_backend) {
   return mla_backend == "mla" ? kMlaSplitWaves : StepInput{}.split_waves;
 }
+// num_kv_heads (thread blocks per split) for the `mla` backend's steps: above 64 heads its wgmma
+// kernel runs 64-row blocks, so each split is num_heads / 64 blocks (128 heads: 2). Planned as 1,
+// mla-decode-4k at 128 heads took two splits per request, 256 blocks on 132 SMs: two waves
+// (H200: 203 us for the kernel against 197 for one split per request, plus the merge). Other
+// backends (and the mla backend up to 64 heads: one block per split) plan 1.
+inline int mla_split_units(std::string_view mla_backend, int num_heads) {
+  return mla_backend == "mla" && num_heads > 64 ? (num_heads + 63) / 64 : 1;
+}
 
 struct PathRange {
   int32_t begin = 0, end = 0;              // request positions in the ordered batch
@@ -50,7 +58,8 @@ struct PathRange {
 };
 
 struct StepPlan {
-  uint64_t serial = 0;  // unique per plan_step call: CUDA backends check run() got the prepared plan
+  uint64_t serial =
+      0;  // unique per plan_step call: CUDA backends check run() got the prepared plan
   int32_t num_requests = 0;
   int64_t num_tokens = 0;
   int block_size = 16;
@@ -96,7 +105,7 @@ struct StepPlan {
   // Decode split-KV: decode request d (counted from decode.begin) owns splits
   // [decode_cu_splits[d], decode_cu_splits[d + 1]); split s covers keys
   // [split_kv_start[s], + split_kv_len[s]) of its request's seq_len keys.
-  int32_t split_tokens = 0;  // the split length chosen (a multiple of block_size)
+  int32_t split_tokens = 0;               // the split length chosen (a multiple of block_size)
   std::vector<int32_t> decode_cu_splits;  // [decode.num_requests() + 1]
   std::vector<int32_t> split_request;     // [num_splits] ordered request position
   std::vector<int32_t> split_kv_start;    // [num_splits]

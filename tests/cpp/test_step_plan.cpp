@@ -263,7 +263,8 @@ TEST(DecodeSplitTokens, BenchShapes) {
   const int32_t longest = *std::max_element(mixed.begin(), mixed.end());
   const int32_t s = tripath::choose_split_tokens(mixed, 132, 4, 256, 2, 16);
   EXPECT_LT(s, longest);
-  EXPECT_LT(simulated_makespan(mixed, s, 4, 264) * 10, simulated_makespan(mixed, longest, 4, 264) * 8);
+  EXPECT_LT(simulated_makespan(mixed, s, 4, 264) * 10,
+            simulated_makespan(mixed, longest, 4, 264) * 8);
   // one long request alone: cut to about one split per slot.
   const int32_t one = tripath::choose_split_tokens({100000}, 132, 1, 256, 2, 16);
   EXPECT_GE(one, 256);
@@ -302,10 +303,10 @@ TEST(DecodeSplitTokens, NearTheBestMakespan) {
     if (best != INT64_MAX) {
       std::string shape;
       for (int32_t k : kv) shape += std::to_string(k) + " ";
-      ASSERT_LE(got * 100, best * 115) << "S " << s << " got " << got << " best " << best
-                                       << " units " << units << " waves " << waves << " heads "
-                                       << heads << " align " << align << " min " << min_split
-                                       << " kv " << shape;
+      ASSERT_LE(got * 100, best * 115)
+          << "S " << s << " got " << got << " best " << best << " units " << units << " waves "
+          << waves << " heads " << heads << " align " << align << " min " << min_split << " kv "
+          << shape;
     }
   }
 }
@@ -382,4 +383,22 @@ TEST(StepPlanDefaults, MlaSplitWavesPerBackend) {
   EXPECT_EQ(tripath::kMlaSplitWaves, 1);
   EXPECT_EQ(tripath::mla_split_waves("mla_baseline"), tripath::StepInput{}.split_waves);
   EXPECT_EQ(tripath::mla_split_waves("reference"), tripath::StepInput{}.split_waves);
+}
+
+// Blocks per split of the mla backend's steps: 64-row wgmma blocks above 64 heads; one block per
+// split otherwise and for the other backends. At 128 heads mla-decode-4k then plans one split per
+// request (128 blocks for 132 SMs) instead of two (256 blocks: two waves).
+TEST(StepPlanDefaults, MlaSplitUnitsPerBackend) {
+  EXPECT_EQ(tripath::mla_split_units("mla", 128), 2);
+  EXPECT_EQ(tripath::mla_split_units("mla", 64), 1);
+  EXPECT_EQ(tripath::mla_split_units("mla", 16), 1);
+  EXPECT_EQ(tripath::mla_split_units("mla_baseline", 128), 1);
+  const std::vector<int32_t> kv(64, 4097);
+  EXPECT_EQ(tripath::choose_split_tokens(kv, 132, tripath::mla_split_units("mla", 128),
+                                         tripath::StepInput{}.min_split_tokens,
+                                         tripath::kMlaSplitWaves, 64),
+            4160);
+  EXPECT_LT(tripath::choose_split_tokens(kv, 132, 1, tripath::StepInput{}.min_split_tokens,
+                                         tripath::kMlaSplitWaves, 64),
+            4097);
 }

@@ -17,9 +17,9 @@ std::vector<VariantVariable> variant_variables() {
       {"TRIPATH_FLASH_OVERLAP", "three_path",
        "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong; "
        "4: 128-key tiles, producer warpgroup, serial consumers; 5: 2 + ping-pong; 0: 64-key "
-       "tiles, serial consumers; timing probes of 4 (wrong outputs): 6 math alone, 7 loads "
-       "alone",
-       7, 4, ""},
+       "tiles, serial consumers; timing probes (wrong outputs): 6 math alone of 4, 7 loads "
+       "alone of 4, 8 math alone of 5",
+       8, 4, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
       {"TRIPATH_PDL", "three_path, mla",

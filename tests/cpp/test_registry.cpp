@@ -397,7 +397,7 @@ TEST(Registry, ReadVariantParsesAndRejects) {
     ScopedEnv on("TRIPATH_PDL", "1");
     EXPECT_EQ(tripath::read_variant("TRIPATH_PDL"), 1);
   }
-  for (const char* good : {"0", "1", "2", "3", "4", "5", "6", "7"}) {
+  for (const char* good : {"0", "1", "2", "3", "4", "5", "6", "7", "8"}) {
     ScopedEnv env("TRIPATH_FLASH_OVERLAP", good);
     EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), good[0] - '0');
   }
@@ -407,8 +407,8 @@ TEST(Registry, ReadVariantParsesAndRejects) {
     const char* expected;
   };
   for (const Bad& b :
-       {Bad{"TRIPATH_FLASH_OVERLAP", "8", "unset, 0, 1, 2, 3, 4, 5, 6 or 7"},
-        Bad{"TRIPATH_FLASH_OVERLAP", "12", "unset, 0, 1, 2, 3, 4, 5, 6 or 7"},
+       {Bad{"TRIPATH_FLASH_OVERLAP", "9", "unset, 0, 1, 2, 3, 4, 5, 6, 7 or 8"},
+        Bad{"TRIPATH_FLASH_OVERLAP", "12", "unset, 0, 1, 2, 3, 4, 5, 6, 7 or 8"},
         Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0, 1, 2 or 3"},
         Bad{"TRIPATH_MLA_WGMMA", "4", "unset, 0, 1, 2 or 3"},
         Bad{"TRIPATH_FLASH_TMA", "2", "unset, 0 or 1"}, Bad{"TRIPATH_PDL", "2", "unset, 0 or 1"},

@@ -502,7 +502,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
     const char* value;
   };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
-                      Bad{"TRIPATH_FLASH_OVERLAP", "8"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
+                      Bad{"TRIPATH_FLASH_OVERLAP", "9"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
                       Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}}) {
     ScopedEnv env(b.name, b.value);

@@ -70,7 +70,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     =0, 64-key tiles); =1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
   //     order; =2: the same with 128-key tiles; =3: =1 with the two consumer warpgroups taking
   //     turns at the tensor cores (FA3's ping-pong); =5: =2 with =3's turns; =6 / =7: timing
-  //     probes of =4 on TMA loads, its math alone / its loads alone (outputs meaningless).
+  //     probes of =4 on TMA loads, its math alone / its loads alone (outputs meaningless); =8:
+  //     =5's math alone.
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic

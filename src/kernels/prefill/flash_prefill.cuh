@@ -86,13 +86,16 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr bool kMathOnly = kMode == FlashConsumerMode::kProbeMathOnly;
+  constexpr bool kMathOnly = kMode == FlashConsumerMode::kProbeMathOnly ||
+                             kMode == FlashConsumerMode::kProbeMathOnlyWidePingPong;
   constexpr bool kLoadsOnly = kMode == FlashConsumerMode::kProbeLoadsOnly;
   constexpr bool kOverlap = kMode != FlashConsumerMode::kSerial &&
-                            kMode != FlashConsumerMode::kWideSerial && !kMathOnly && !kLoadsOnly;
+                            kMode != FlashConsumerMode::kWideSerial &&
+                            kMode != FlashConsumerMode::kProbeMathOnly && !kLoadsOnly;
   constexpr bool kWide = flash_mode_is_wide(kMode);
-  constexpr bool kPingPong =
-      kMode == FlashConsumerMode::kPingPong || kMode == FlashConsumerMode::kWidePingPong;
+  constexpr bool kPingPong = kMode == FlashConsumerMode::kPingPong ||
+                             kMode == FlashConsumerMode::kWidePingPong ||
+                             kMode == FlashConsumerMode::kProbeMathOnlyWidePingPong;
   using Cfg = FlashPrefillConfig<D, DV, kWide>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
   constexpr float kNegInf = -INFINITY;
@@ -530,6 +533,10 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
     // The probes, on TMA loads only (the cp.async path keeps the kernel's own loop).
     if (mode == M::kProbeMathOnly && maps != nullptr) {
       return launch(flash_prefill_kernel<D, DV, T, true, M::kProbeMathOnly>,
+                    FlashPrefillConfig<D, DV, true>{});
+    }
+    if (mode == M::kProbeMathOnlyWidePingPong && maps != nullptr) {
+      return launch(flash_prefill_kernel<D, DV, T, true, M::kProbeMathOnlyWidePingPong>,
                     FlashPrefillConfig<D, DV, true>{});
     }
     if (mode == M::kProbeLoadsOnly && maps != nullptr) {

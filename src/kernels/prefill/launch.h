@@ -43,13 +43,15 @@ enum class FlashConsumerMode : int {
   // the math alone (each item's first stages loaded, then the consumers run on stale stages)
   // and the loads alone (the consumers only wait for each tile and release it).
   kProbeMathOnly = 6,
-  kProbeLoadsOnly = 7
+  kProbeLoadsOnly = 7,
+  kProbeMathOnlyWidePingPong = 8  // kWidePingPong's math alone (as kProbeMathOnly)
 };
 // Modes that run FlashPrefillConfig's wide shape (128-key tiles, a producer warpgroup).
 constexpr bool flash_mode_is_wide(FlashConsumerMode m) {
   return m == FlashConsumerMode::kWide || m == FlashConsumerMode::kWideSerial ||
          m == FlashConsumerMode::kWidePingPong || m == FlashConsumerMode::kProbeMathOnly ||
-         m == FlashConsumerMode::kProbeLoadsOnly;
+         m == FlashConsumerMode::kProbeLoadsOnly ||
+         m == FlashConsumerMode::kProbeMathOnlyWidePingPong;
 }
 
 template <int D, int DV, typename T>

@@ -18,8 +18,9 @@ std::vector<VariantVariable> variant_variables() {
        "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong; "
        "4: 128-key tiles, producer warpgroup, serial consumers; 5: 2 + ping-pong; 0: 64-key "
        "tiles, serial consumers; timing probes (wrong outputs): 6 math alone of 4, 7 loads "
-       "alone of 4, 8 math alone of 5",
-       8, 4, ""},
+       "alone of 4, 8 math alone of 5; 9 / 10: 4 / 5 with 2-CTA clusters sharing K/V tiles by "
+       "TMA multicast",
+       10, 4, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
       {"TRIPATH_PDL", "three_path, mla",
@@ -45,10 +46,16 @@ int read_variant(std::string_view name) {
       expected += d == v.max_value ? " or " : ", ";
       expected += std::to_string(d);
     }
-    const bool ok = v.value.empty() ||
-                    (v.value.size() == 1 && v.value[0] >= '0' && v.value[0] <= '0' + v.max_value);
+    // A plain decimal 0..max_value: digits only, no sign, no leading zero ("07" is an error).
+    int parsed = -1;
+    if (!v.value.empty() && v.value.size() <= 2 && (v.value.size() == 1 || v.value[0] != '0')) {
+      parsed = 0;
+      for (char c : v.value)
+        parsed = c >= '0' && c <= '9' && parsed >= 0 ? parsed * 10 + (c - '0') : -1;
+    }
+    const bool ok = v.value.empty() || (parsed >= 0 && parsed <= v.max_value);
     TRIPATH_CHECK_ARG(ok, v.name, "'" + v.value + "'", expected);
-    return v.value.empty() ? v.default_value : v.value[0] - '0';
+    return v.value.empty() ? v.default_value : parsed;
   }
   TRIPATH_CHECK_ARG(false, "variant variable", std::string(name), "one of variant_variables()");
   return 0;

@@ -35,7 +35,8 @@ struct GpuCase {
   int flash_overlap = 4;         // three_path's TRIPATH_FLASH_OVERLAP: 4 (default: 128-key
                                  // tiles, serial loop), 0 (64-key tiles, serial loop),
                                  // 1 (pipelined consumers), 2 (also 128-key tiles, producer
-                                 // warpgroup), 3 (ping-pong) or 5 (2 with ping-pong)
+                                 // warpgroup), 3 (ping-pong), 5 (2 with ping-pong), or 9 / 10
+                                 // (4 / 5 in 2-CTA clusters sharing tiles by multicast)
   std::vector<ReqShape> reqs;
 };
 
@@ -230,13 +231,37 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {0, 1, 2, 3, 5}) {
+      for (int mode : {0, 1, 2, 3, 5, 9, 10}) {
         for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
-          const char* prefix[] = {"serial_",   "overlap_", "wide_",
-                                  "pingpong_", "",         "wide_pingpong_"};
+          const char* prefix[] = {"serial_",          "overlap_", "wide_", "pingpong_", "",
+                                  "wide_pingpong_",   "",         "",      "",          "cluster_",
+                                  "cluster_pingpong_"};
           add(t, prefix[mode] + t.name);
         }
+      }
+      // The cluster modes (=9, =10: CTA pairs sharing tiles by multicast) on an odd item count
+      // (the grid's padding CTA), items of two KV heads next to each other (pairs that share
+      // nothing), a window (tile starts that differ within a pair) and cp.async loads (no maps:
+      // they run =4 / =5).
+      for (int mode : {9, 10}) {
+        GpuCase t = base;
+        t.flash_overlap = mode;
+        const std::string prefix = mode == 9 ? "cluster_" : "cluster_pingpong_";
+        t.reqs = {{24, 0}, {8, 100}};
+        t.name = prefix + "odd_items";
+        add(t, t.name);
+        t = base;
+        t.flash_overlap = mode;
+        t.reqs = {{1500, 0}, {300, 2000}};
+        t.window = 200;
+        t.name = prefix + "window200";
+        add(t, t.name);
+        t = base;
+        t.flash_overlap = mode;
+        t.flash_tma = false;
+        t.name = prefix + "cp_async";
+        add(t, t.name);
       }
       // The 64-key tiles' serial loop gathered by cp.async (the cp_async_ cases above run the
       // default 128-key tiles that way).
@@ -502,7 +527,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
     const char* value;
   };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
-                      Bad{"TRIPATH_FLASH_OVERLAP", "9"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
+                      Bad{"TRIPATH_FLASH_OVERLAP", "11"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
                       Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}}) {
     ScopedEnv env(b.name, b.value);

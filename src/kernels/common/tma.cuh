@@ -22,4 +22,17 @@ __device__ __forceinline__ void load_3d(void* dst, const CUtensorMap* map, int c
       : "memory");
 }
 
+// load_3d into every CTA of the cluster named in `cta_mask` (bit r: rank r): the box lands at
+// `dst`'s offset in each of their shared memories and counts its bytes on the mbarrier at `bar`'s
+// offset in each. One L2 read for all of them.
+__device__ __forceinline__ void load_3d_multicast(void* dst, const CUtensorMap* map, int c0, int c1,
+                                                  int c2, uint64_t* bar, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;\n" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar)),
+      "h"(cta_mask)
+      : "memory");
+}
+
 }  // namespace tripath::kernels::tma

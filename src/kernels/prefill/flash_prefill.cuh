@@ -40,6 +40,7 @@
 
 #include <type_traits>
 
+#include "common/cluster.cuh"
 #include "common/device_math.cuh"
 #include "common/fragment_softmax.cuh"
 #include "common/kv_layout.h"
@@ -86,15 +87,20 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  // kCluster: CTA pairs of a 2-CTA cluster share the K/V tiles they both read (TMA multicast).
+  constexpr bool kCluster = flash_mode_is_cluster(kMode);
+  static_assert(!kCluster || kTma, "the cluster modes load by TMA");
   constexpr bool kMathOnly = kMode == FlashConsumerMode::kProbeMathOnly ||
                              kMode == FlashConsumerMode::kProbeMathOnlyWidePingPong;
   constexpr bool kLoadsOnly = kMode == FlashConsumerMode::kProbeLoadsOnly;
   constexpr bool kOverlap = kMode != FlashConsumerMode::kSerial &&
                             kMode != FlashConsumerMode::kWideSerial &&
+                            kMode != FlashConsumerMode::kWideSerialCluster &&
                             kMode != FlashConsumerMode::kProbeMathOnly && !kLoadsOnly;
   constexpr bool kWide = flash_mode_is_wide(kMode);
   constexpr bool kPingPong = kMode == FlashConsumerMode::kPingPong ||
                              kMode == FlashConsumerMode::kWidePingPong ||
+                             kMode == FlashConsumerMode::kWidePingPongCluster ||
                              kMode == FlashConsumerMode::kProbeMathOnlyWidePingPong;
   using Cfg = FlashPrefillConfig<D, DV, kWide>;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kStages = Cfg::kStages;
@@ -115,34 +121,68 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
   const uint32_t aK = aQ + Cfg::kBytesQ;
   const uint32_t aV = aK + kStages * Cfg::kBytesK;
 
-  const UnifiedWorkItem it = p.items[blockIdx.x];
+  // The cluster modes pad the grid to an even size: the extra CTA has no rows and no tiles.
+  const bool real = !kCluster || int(blockIdx.x) < p.num_items;
+  const UnifiedWorkItem it = p.items[real ? blockIdx.x : 0];
   const int tid = threadIdx.x;
-  const int tok0 = p.cu_seqlens_q[it.request];
-  const int qlen = p.cu_seqlens_q[it.request + 1] - tok0;
-  const int ctx = p.context_lens[it.request];
   const int rpt = p.rows_per_token;
-  const int row_end = min(it.row_begin + kM, qlen * rpt);
-  const int t_first = it.row_begin / rpt, t_last = (row_end - 1) / rpt;
-  int key_lo = p.window_left >= 0 ? max(0, ctx + t_first - p.window_left) : 0;
-  int key_hi = ctx + t_last + 1;
-  key_lo = max(key_lo, it.kv_begin);
-  key_hi = min(key_hi, it.kv_end);
-  // TMA copies whole cache blocks (or kN-key pieces of bigger ones): tiles then start on a
-  // multiple of maps.rows, and the keys before key_lo in the first tile are masked.
-  const int tile0 = kTma ? key_lo - key_lo % maps.rows : key_lo;
-  const int num_tiles = key_hi > key_lo ? (key_hi - tile0 + kN - 1) / kN : 0;
-  // Tile j comes by TMA (async proxy) when it holds only whole keys below key_hi; the last tile
-  // of an item (and every tile without maps) by cp.async, which zero-fills the keys past key_hi.
-  auto tma_tile = [&](int j) { return kTma && tile0 + (j + 1) * kN <= key_hi; };
+  // An item's key range and tiles: [key_lo, key_hi), tiles from tile0 (TMA copies whole cache
+  // blocks, or kN-key pieces of bigger ones: tiles then start on a multiple of maps.rows, and
+  // the keys before key_lo in the first tile are masked); the first n_tma tiles hold only whole
+  // keys below key_hi and come by TMA (async proxy), the last one (and every tile without maps)
+  // by cp.async, which zero-fills the keys past key_hi.
+  struct Span {
+    int tok0, ctx, row_end, key_lo, key_hi, tile0, num_tiles, n_tma;
+  };
+  auto span_of = [&](const UnifiedWorkItem& x, bool has_rows) {
+    Span v;
+    v.tok0 = p.cu_seqlens_q[x.request];
+    const int q_len = p.cu_seqlens_q[x.request + 1] - v.tok0;
+    v.ctx = p.context_lens[x.request];
+    v.row_end = has_rows ? min(x.row_begin + kM, q_len * rpt) : x.row_begin;
+    const int first = x.row_begin / rpt, last = (max(v.row_end, x.row_begin + 1) - 1) / rpt;
+    v.key_lo = max(p.window_left >= 0 ? max(0, v.ctx + first - p.window_left) : 0, x.kv_begin);
+    v.key_hi = has_rows ? min(v.ctx + last + 1, x.kv_end) : v.key_lo;
+    v.tile0 = kTma ? v.key_lo - v.key_lo % maps.rows : v.key_lo;
+    v.num_tiles = v.key_hi > v.key_lo ? (v.key_hi - v.tile0 + kN - 1) / kN : 0;
+    v.n_tma = kTma && v.num_tiles > 0 ? (v.key_hi - v.tile0) / kN : 0;
+    return v;
+  };
+  const Span sp = span_of(it, real);
+  const int tok0 = sp.tok0, ctx = sp.ctx, row_end = sp.row_end;
+  const int key_lo = sp.key_lo, key_hi = sp.key_hi, tile0 = sp.tile0, num_tiles = sp.num_tiles;
+  auto tma_tile = [&](int j) { return kTma && j < sp.n_tma; };
+  // kCluster: the first n_shared tiles are the same cache keys for both CTAs of the pair (same
+  // request, KV head and tile start); each CTA copies half of their boxes (rank 0 K, rank 1 V)
+  // into both. The rest each CTA loads alone.
+  uint32_t rank = 0;
+  int n_shared = 0;
+  if constexpr (kCluster) {
+    rank = cluster::ctarank();
+    const int peer_idx = int(blockIdx.x ^ 1u);
+    const bool peer_real = peer_idx < p.num_items;
+    const UnifiedWorkItem pi = p.items[peer_real ? peer_idx : 0];
+    const Span ps = span_of(pi, peer_real);
+    if (real && peer_real && pi.request == it.request && pi.kv_head == it.kv_head &&
+        ps.tile0 == tile0)
+      n_shared = min(sp.n_tma, ps.n_tma);
+  }
 
   if (tid == 0) {
     for (int st = 0; st < kStages; ++st) {
       mbarrier::init(&full[st], Cfg::kProducerThreads);
-      mbarrier::init(&empty[st], Cfg::kConsumerThreads);
+      // kCluster: per consumer warp, one arrival for this CTA and one for the pair's shared
+      // tiles (from the peer's warp) or again its own (a tile this CTA loads alone).
+      mbarrier::init(&empty[st], kCluster ? 2 * Cfg::kConsumerThreads / 32 : Cfg::kConsumerThreads);
     }
     mbarrier::init(q_full, Cfg::kProducerThreads);
+    if constexpr (kCluster) cluster::fence_mbarrier_init();
   }
-  __syncthreads();
+  if constexpr (kCluster) {
+    cluster::sync();  // both CTAs' barriers exist before either copies or arrives into the other
+  } else {
+    __syncthreads();
+  }
 
   if (tid >= Cfg::kConsumerThreads) {
     if constexpr (kWide) {
@@ -213,12 +253,26 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
               const int c1 = nhd ? it.kv_head : slot;
               const int c2 =
                   nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
+              if (kCluster && j < n_shared) {  // this CTA's half, into both CTAs
+                if (rank == 0) {
 #pragma unroll
-              for (int pk = 0; pk < D / 64; ++pk)
-                tma::load_3d(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1, c2, &full[st]);
+                  for (int pk = 0; pk < D / 64; ++pk)
+                    tma::load_3d_multicast(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1, c2,
+                                           &full[st], 0x3);
+                } else {
 #pragma unroll
-              for (int pv = 0; pv < DV / 64; ++pv)
-                tma::load_3d(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2, &full[st]);
+                  for (int pv = 0; pv < DV / 64; ++pv)
+                    tma::load_3d_multicast(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2,
+                                           &full[st], 0x3);
+                }
+              } else {
+#pragma unroll
+                for (int pk = 0; pk < D / 64; ++pk)
+                  tma::load_3d(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1, c2, &full[st]);
+#pragma unroll
+                for (int pv = 0; pv < DV / 64; ++pv)
+                  tma::load_3d(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2, &full[st]);
+              }
             }
             if (pt != 0) mbarrier::arrive(&full[st]);
           } else {
@@ -248,6 +302,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       mbarrier::arrive_on_cp_async(&full[st]);
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // stay until this thread's copies land
+    if constexpr (kCluster) cluster::sync();  // the consumers' matching sync is at the end
     return;
   }
 
@@ -351,6 +406,25 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     if (!tma_tile(j)) wgmma::fence_proxy_async();
   };
 
+  // This warpgroup is done with tile j's stage. kCluster: a warp-level arrival on this CTA's
+  // barrier and one on the peer's for a shared tile (the peer's multicast may refill this
+  // stage only when both CTAs are done with it), else a second one on its own.
+  auto release = [&](int j) {
+    if constexpr (kCluster) {
+      __syncwarp();
+      if (lane == 0) mbarrier::arrive(&empty[j % kStages]);
+      if (lane == 1) {
+        if (j < n_shared) {
+          cluster::arrive_remote(&empty[j % kStages], rank ^ 1u);
+        } else {
+          mbarrier::arrive(&empty[j % kStages]);
+        }
+      }
+    } else {
+      mbarrier::arrive(&empty[j % kStages]);
+    }
+  };
+
   mbarrier::wait(q_full, 0);
   wgmma::fence_proxy_async();  // Q: the producers' cp.async (generic-proxy) writes
   float alpha[2];
@@ -359,7 +433,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     for (int j = 0; j < num_tiles; ++j) {
       wait_stage(j);
       if constexpr (kLoadsOnly) {  // probe: release the tile untouched
-        mbarrier::arrive(&empty[j % kStages]);
+        release(j);
         continue;
       }
       issue_s(j % kStages, s);
@@ -373,7 +447,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       issue_pv(j % kStages);
       wgmma::wait<0>();
       wgmma::fence_operands(o);
-      mbarrier::arrive(&empty[j % kStages]);  // this warpgroup is done with the stage
+      release(j);  // this warpgroup is done with the stage
     }
   } else {
     // Overlapped, in FA3's order: S(j + 1) and P V(j) go to the tensor cores back to back, and
@@ -426,7 +500,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       scores(j + 1, s, alpha);
       wgmma::wait<0>();
       wgmma::fence_operands(o);
-      mbarrier::arrive(&empty[j % kStages]);
+      release(j);
       rescale_o(alpha);
       pack_p(s);
     }
@@ -482,6 +556,8 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     }
     if (lane % 4 == 0 && p.lse != nullptr) p.lse[row] = lse;
   }
+  // kCluster: stay until the peer no longer arrives on this CTA's barriers or copies into it.
+  if constexpr (kCluster) cluster::sync();
 #else
   __trap();  // built without sm_90a: the backend never launches it there
 #endif
@@ -534,6 +610,40 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
     if (mode == M::kProbeMathOnly && maps != nullptr) {
       return launch(flash_prefill_kernel<D, DV, T, true, M::kProbeMathOnly>,
                     FlashPrefillConfig<D, DV, true>{});
+    }
+    // The cluster modes: on TMA loads only (without maps they run their plain mode), as CTA
+    // pairs on an even grid.
+    auto launch_pairs = [&](auto kernel) {
+      using Cfg = FlashPrefillConfig<D, DV, true>;
+      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(Cfg::kSmemBytes));
+      if (e != cudaSuccess) return e;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = 2;
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      cudaLaunchConfig_t cfg = {};
+      cfg.gridDim = dim3((p.num_items + 1) / 2 * 2);
+      cfg.blockDim = dim3(Cfg::kThreads);
+      cfg.dynamicSmemBytes = Cfg::kSmemBytes;
+      cfg.stream = stream;
+      cfg.attrs = attr;
+      cfg.numAttrs = 1;
+      e = cudaLaunchKernelEx(&cfg, kernel, p, *maps);
+      return e != cudaSuccess ? e : cudaGetLastError();
+    };
+    if (mode == M::kWideSerialCluster) {
+      if (maps != nullptr)
+        return launch_pairs(flash_prefill_kernel<D, DV, T, true, M::kWideSerialCluster>);
+      return launch_mode(std::integral_constant<M, M::kWideSerial>{},
+                         FlashPrefillConfig<D, DV, true>{});
+    }
+    if (mode == M::kWidePingPongCluster) {
+      if (maps != nullptr)
+        return launch_pairs(flash_prefill_kernel<D, DV, T, true, M::kWidePingPongCluster>);
+      return launch_mode(std::integral_constant<M, M::kWidePingPong>{},
+                         FlashPrefillConfig<D, DV, true>{});
     }
     if (mode == M::kProbeMathOnlyWidePingPong && maps != nullptr) {
       return launch(flash_prefill_kernel<D, DV, T, true, M::kProbeMathOnlyWidePingPong>,

@@ -44,14 +44,24 @@ enum class FlashConsumerMode : int {
   // and the loads alone (the consumers only wait for each tile and release it).
   kProbeMathOnly = 6,
   kProbeLoadsOnly = 7,
-  kProbeMathOnlyWidePingPong = 8  // kWidePingPong's math alone (as kProbeMathOnly)
+  kProbeMathOnlyWidePingPong = 8,  // kWidePingPong's math alone (as kProbeMathOnly)
+  // kWideSerial / kWidePingPong with TMA loads shared by CTA pairs: a 2-CTA cluster runs two
+  // consecutive items (the backend keeps one (request, KV head)'s items together), and each
+  // tile both read comes out of L2 once, half of its boxes issued by each CTA with multicast.
+  // The loads-alone probe moved 6.7 TB/s out of L2 on prefill-8k: this halves it.
+  kWideSerialCluster = 9,
+  kWidePingPongCluster = 10
 };
+// Modes whose CTAs run in 2-CTA clusters (launched on an even grid).
+constexpr bool flash_mode_is_cluster(FlashConsumerMode m) {
+  return m == FlashConsumerMode::kWideSerialCluster || m == FlashConsumerMode::kWidePingPongCluster;
+}
 // Modes that run FlashPrefillConfig's wide shape (128-key tiles, a producer warpgroup).
 constexpr bool flash_mode_is_wide(FlashConsumerMode m) {
   return m == FlashConsumerMode::kWide || m == FlashConsumerMode::kWideSerial ||
          m == FlashConsumerMode::kWidePingPong || m == FlashConsumerMode::kProbeMathOnly ||
          m == FlashConsumerMode::kProbeLoadsOnly ||
-         m == FlashConsumerMode::kProbeMathOnlyWidePingPong;
+         m == FlashConsumerMode::kProbeMathOnlyWidePingPong || flash_mode_is_cluster(m);
 }
 
 template <int D, int DV, typename T>

@@ -48,7 +48,8 @@ enum class FlashConsumerMode : int {
   // kWideSerial / kWidePingPong with TMA loads shared by CTA pairs: a 2-CTA cluster runs two
   // consecutive items (the backend keeps one (request, KV head)'s items together), and each
   // tile both read comes out of L2 once, half of its boxes issued by each CTA with multicast.
-  // The loads-alone probe moved 6.7 TB/s out of L2 on prefill-8k: this halves it.
+  // Measured slower (H200 prefill-8k: 9.65 / 9.13 ms against kWideSerial's 8.63): halving the
+  // L2 reads (6.7 TB/s in the loads-alone probe) did not pay for tying each CTA to its peer.
   kWideSerialCluster = 9,
   kWidePingPongCluster = 10
 };

@@ -4,11 +4,12 @@
 // Grid: one warp per row, lanes over the head dim. Used by split-KV decode (every backend), the
 // extend chunks and the public merge entry point. Tests: tests/gpu/test_gpu_kernels.cpp.
 // Two forms: the general one (a scalar loop over dims, then parts), and for 16-byte-aligned
-// parts of dims that are multiples of 4 up to 512 (every case the backends produce) a
-// vectorized one that walks the parts once, each lane holding its dims' sums in registers: the
-// general loop's load -> FMA chain per (dim, part) serialized ~4 x 16 memory round trips per
-// row at 512 dims (about 30 us of mla's 190 us at 16 heads).
+// parts (and 4-element-aligned outputs) of dims that are multiples of 4 up to 512 (every case
+// the backends produce) a vectorized one that walks the parts once, each lane holding its dims'
+// sums in registers: the general loop's load -> FMA chain per (dim, part) serialized ~4 x 16
+// memory round trips per row at 512 dims (about 30 us of mla's 190 us at 16 heads).
 #include <cstdint>
+#include <type_traits>
 
 #include "common/device_math.cuh"
 #include "common/launch_kernel.h"
@@ -27,8 +28,7 @@ __device__ __forceinline__ float merge_row_sink(const MergeParams& p, int64_t ro
 
 // A row whose parts are all empty: 0 and LSE -inf, never NaN.
 template <typename OutT>
-__device__ __forceinline__ void merge_write_empty_row(const MergeParams& p, int64_t row,
-                                                      int lane) {
+__device__ __forceinline__ void merge_write_empty_row(const MergeParams& p, int64_t row, int lane) {
   OutT* out = static_cast<OutT*>(p.out) + row * p.dim;
   for (int d = lane; d < p.dim; d += 32) out[d] = from_float<OutT>(0.0f);
   if (lane == 0 && p.lse != nullptr) p.lse[row] = -INFINITY;
@@ -143,14 +143,19 @@ __global__ void merge_states_vec_kernel(const __grid_constant__ MergeParams p) {
     }
   }
   const float inv = 1.0f / total;
+  // One store per lane and 4 dims (16 bytes of f32, 8 of 16-bit: the launch checks `out`'s
+  // alignment), rounded as from_float rounds.
 #pragma unroll
   for (int k = 0; k < kVec; ++k) {
     const int v = lane + 32 * k;
     if (v < nvec) {
-      out[4 * v + 0] = from_float<OutT>(acc[k].x * inv);
-      out[4 * v + 1] = from_float<OutT>(acc[k].y * inv);
-      out[4 * v + 2] = from_float<OutT>(acc[k].z * inv);
-      out[4 * v + 3] = from_float<OutT>(acc[k].w * inv);
+      const float4 r = make_float4(acc[k].x * inv, acc[k].y * inv, acc[k].z * inv, acc[k].w * inv);
+      if constexpr (std::is_same_v<OutT, float>) {
+        *reinterpret_cast<float4*>(out + 4 * v) = r;
+      } else {
+        *reinterpret_cast<uint2*>(out + 4 * v) =
+            make_uint2(pack2<OutT>(r.x, r.y), pack2<OutT>(r.z, r.w));
+      }
     }
   }
   if (lane == 0 && p.lse != nullptr) p.lse[row] = mx + logf(total);
@@ -163,7 +168,8 @@ cudaError_t launch(const MergeParams& p, cudaStream_t stream) {
   constexpr int kThreads = 128;  // 4 rows per block: a tp8 step's 512 rows reach 128 SMs
   const unsigned blocks = static_cast<unsigned>((rows * 32 + kThreads - 1) / kThreads);
   const bool vec = p.dim % 4 == 0 && p.dim <= 512 &&
-                   reinterpret_cast<uintptr_t>(p.part_out) % 16 == 0;
+                   reinterpret_cast<uintptr_t>(p.part_out) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.out) % (4 * sizeof(OutT)) == 0;
   auto kernel = vec && p.dim <= 128   ? merge_states_vec_kernel<OutT, 1>
                 : vec && p.dim <= 256 ? merge_states_vec_kernel<OutT, 2>
                 : vec                 ? merge_states_vec_kernel<OutT, 4>

@@ -44,6 +44,7 @@
 #include "common/device_math.cuh"
 #include "common/fragment_softmax.cuh"
 #include "common/kv_layout.h"
+#include "common/launch_kernel.h"
 #include "common/mbarrier.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
@@ -559,15 +560,17 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
                                       FlashConsumerMode mode, cudaStream_t stream) {
   static_assert(FlashPrefillConfig<D, DV>::kM == kFlashPrefillRows, "item rows");
   if (p.num_items == 0) return cudaSuccess;
-  auto launch = [&](auto kernel, auto cfg) {
+  // `cluster` > 1: the cluster modes' CTA groups, on a grid padded to a multiple of it (the
+  // padding CTAs have no item).
+  auto launch = [&](auto kernel, auto cfg, unsigned cluster = 1) {
     using Cfg = decltype(cfg);
     const size_t smem = Cfg::kSmemBytes;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
-    kernel<<<p.num_items, Cfg::kThreads, smem, stream>>>(
-        p, maps != nullptr ? *maps : FlashTensorMaps{});
-    return cudaGetLastError();
+    const unsigned grid = (unsigned(p.num_items) + cluster - 1) / cluster * cluster;
+    return launch_kernel_in_clusters(false, cluster, kernel, dim3(grid), dim3(Cfg::kThreads), smem,
+                                     stream, p, maps != nullptr ? *maps : FlashTensorMaps{});
   };
   // One consumer mode, with or without tensor maps.
   auto launch_mode = [&](auto mode_constant, auto cfg) {
@@ -597,52 +600,31 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
       return launch_mode(std::integral_constant<M, M::kWideSerial>{},
                          FlashPrefillConfig<D, DV, true>{});
     }
-    // The probes, on TMA loads only (the cp.async path keeps the kernel's own loop).
-    if (mode == M::kProbeMathOnly && maps != nullptr) {
-      return launch(flash_prefill_kernel<D, DV, T, true, M::kProbeMathOnly>,
-                    FlashPrefillConfig<D, DV, true>{});
-    }
-    // The cluster modes: on TMA loads only (without maps they run their plain mode), as CTA
-    // pairs on an even grid.
-    auto launch_pairs = [&](auto kernel) {
-      using Cfg = FlashPrefillConfig<D, DV, true>;
-      cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(Cfg::kSmemBytes));
-      if (e != cudaSuccess) return e;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = 2;
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      cudaLaunchConfig_t cfg = {};
-      cfg.gridDim = dim3((p.num_items + 1) / 2 * 2);
-      cfg.blockDim = dim3(Cfg::kThreads);
-      cfg.dynamicSmemBytes = Cfg::kSmemBytes;
-      cfg.stream = stream;
-      cfg.attrs = attr;
-      cfg.numAttrs = 1;
-      e = cudaLaunchKernelEx(&cfg, kernel, p, *maps);
-      return e != cudaSuccess ? e : cudaGetLastError();
+    // The probes and the cluster modes, on TMA loads only: without maps a cluster mode runs its
+    // plain mode, a probe the default below.
+    auto wide_tma = [&](auto mode_constant, unsigned cluster) {
+      return launch(flash_prefill_kernel<D, DV, T, true, decltype(mode_constant)::value>,
+                    FlashPrefillConfig<D, DV, true>{}, cluster);
     };
+    if (maps != nullptr) {
+      if (mode == M::kProbeMathOnly)
+        return wide_tma(std::integral_constant<M, M::kProbeMathOnly>{}, 1);
+      if (mode == M::kProbeLoadsOnly)
+        return wide_tma(std::integral_constant<M, M::kProbeLoadsOnly>{}, 1);
+      if (mode == M::kProbeMathOnlyWidePingPong)
+        return wide_tma(std::integral_constant<M, M::kProbeMathOnlyWidePingPong>{}, 1);
+      if (mode == M::kWideSerialCluster)
+        return wide_tma(std::integral_constant<M, M::kWideSerialCluster>{}, 2);
+      if (mode == M::kWidePingPongCluster)
+        return wide_tma(std::integral_constant<M, M::kWidePingPongCluster>{}, 2);
+    }
     if (mode == M::kWideSerialCluster) {
-      if (maps != nullptr)
-        return launch_pairs(flash_prefill_kernel<D, DV, T, true, M::kWideSerialCluster>);
       return launch_mode(std::integral_constant<M, M::kWideSerial>{},
                          FlashPrefillConfig<D, DV, true>{});
     }
     if (mode == M::kWidePingPongCluster) {
-      if (maps != nullptr)
-        return launch_pairs(flash_prefill_kernel<D, DV, T, true, M::kWidePingPongCluster>);
       return launch_mode(std::integral_constant<M, M::kWidePingPong>{},
                          FlashPrefillConfig<D, DV, true>{});
-    }
-    if (mode == M::kProbeMathOnlyWidePingPong && maps != nullptr) {
-      return launch(flash_prefill_kernel<D, DV, T, true, M::kProbeMathOnlyWidePingPong>,
-                    FlashPrefillConfig<D, DV, true>{});
-    }
-    if (mode == M::kProbeLoadsOnly && maps != nullptr) {
-      return launch(flash_prefill_kernel<D, DV, T, true, M::kProbeLoadsOnly>,
-                    FlashPrefillConfig<D, DV, true>{});
     }
   }
   return launch_mode(std::integral_constant<M, M::kSerial>{}, Base{});

@@ -35,8 +35,9 @@ struct GpuCase {
   int flash_overlap = 4;         // three_path's TRIPATH_FLASH_OVERLAP: 4 (default: 128-key
                                  // tiles, serial loop), 0 (64-key tiles, serial loop),
                                  // 1 (pipelined consumers), 2 (also 128-key tiles, producer
-                                 // warpgroup), 3 (ping-pong), 5 (2 with ping-pong), or 9 / 10
-                                 // (4 / 5 in 2-CTA clusters sharing tiles by multicast)
+                                 // warpgroup), 3 (ping-pong), 5 (2 with ping-pong), 9 / 10
+                                 // (4 / 5 in 2-CTA clusters sharing tiles by multicast), or
+                                 // 11 / 12 (4 / 5 in persistent CTAs)
   std::vector<ReqShape> reqs;
 };
 
@@ -231,12 +232,22 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {0, 1, 2, 3, 5, 9, 10}) {
+      for (int mode : {0, 1, 2, 3, 5, 9, 10, 11, 12}) {
         for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
-          const char* prefix[] = {"serial_",          "overlap_", "wide_", "pingpong_", "",
-                                  "wide_pingpong_",   "",         "",      "",          "cluster_",
-                                  "cluster_pingpong_"};
+          const char* prefix[] = {"serial_",
+                                  "overlap_",
+                                  "wide_",
+                                  "pingpong_",
+                                  "",
+                                  "wide_pingpong_",
+                                  "",
+                                  "",
+                                  "",
+                                  "cluster_",
+                                  "cluster_pingpong_",
+                                  "persistent_",
+                                  "persistent_pingpong_"};
           add(t, prefix[mode] + t.name);
         }
       }
@@ -261,6 +272,28 @@ std::vector<GpuCase> all_cases() {
         t.flash_overlap = mode;
         t.flash_tma = false;
         t.name = prefix + "cp_async";
+        add(t, t.name);
+      }
+      // The persistent modes (=11, =12: one CTA per SM looping over items, the stage ring and
+      // the Q barriers carried from item to item) on ~400 items of uneven lengths (3 or more
+      // per CTA on an H200), with the features, and gathered by cp.async.
+      for (int mode : {11, 12}) {
+        const std::string prefix = mode == 11 ? "persistent_" : "persistent_pingpong_";
+        GpuCase t = base;
+        t.flash_overlap = mode;
+        t.hq = 16;
+        t.hkv = 4;
+        t.reqs = {{1500, 0}, {900, 700}, {600, 2000}, {1, 500}, {300, 0}};
+        t.name = prefix + "many_items";
+        add(t, t.name);
+        GpuCase f = t;
+        f.window = 300;
+        f.softcap = 30.0f;
+        f.sinks = true;
+        f.name = prefix + "many_items_window_softcap_sinks";
+        add(f, f.name);
+        t.flash_tma = false;
+        t.name = prefix + "many_items_cp_async";
         add(t, t.name);
       }
       // The 64-key tiles' serial loop gathered by cp.async (the cp_async_ cases above run the
@@ -527,7 +560,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
     const char* value;
   };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
-                      Bad{"TRIPATH_FLASH_OVERLAP", "11"}, Bad{"TRIPATH_FLASH_OVERLAP", "12"},
+                      Bad{"TRIPATH_FLASH_OVERLAP", "13"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
                       Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}}) {
     ScopedEnv env(b.name, b.value);

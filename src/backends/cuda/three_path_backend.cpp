@@ -23,12 +23,12 @@
 #include "cuda_backend.h"
 #include "cuda_entry.h"
 #include "cuda_util.h"
+#include "decode/launch.h"
 #include "device_info.h"
 #include "extend_gather.h"
-#include "tensor_map_cache.h"
-#include "decode/launch.h"
 #include "merge/merge_states.h"
 #include "prefill/launch.h"
+#include "tensor_map_cache.h"
 #include "unified/launch.h"
 
 namespace tripath {
@@ -53,7 +53,8 @@ void add_items(std::vector<UnifiedWorkItem>& items, const StepPlan& plan, int32_
 void longest_first(std::vector<UnifiedWorkItem>& items, size_t begin, const StepPlan& plan,
                    int group, int rows_per_item) {
   auto keys = [&](const UnifiedWorkItem& it) {
-    const int last = std::min(plan.query_lens[it.request] - 1, (it.row_begin + rows_per_item - 1) / group);
+    const int last =
+        std::min(plan.query_lens[it.request] - 1, (it.row_begin + rows_per_item - 1) / group);
     return std::min(it.kv_end, plan.context_lens[it.request] + last + 1) - it.kv_begin;
   };
   std::stable_sort(items.begin() + begin, items.end(),
@@ -73,7 +74,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     probes of =4 on TMA loads, its math alone / its loads alone (outputs meaningless); =8:
   //     =5's math alone; =9 / =10: =4 / =5 in 2-CTA clusters whose CTAs share each K/V tile
   //     they both read (TMA multicast: one L2 read for two items; measured slower, 9.65 /
-  //     9.13 against 8.63 ms on prefill-8k).
+  //     9.13 against 8.63 ms on prefill-8k); =11 / =12: =4 / =5 in persistent CTAs (one per
+  //     SM, each looping over the items; the next item's loads run under the last tile).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
@@ -111,18 +113,20 @@ class ThreePathBackend final : public CudaAttentionBackend {
     if (decode_tile_ == kernels::kRows64) decode_rows = 64;
     decode_splits_ = 0;
     for (int32_t d = 0; d < plan.decode.num_requests(); ++d)
-      decode_splits_ = std::max(decode_splits_, plan.decode_cu_splits[d + 1] - plan.decode_cu_splits[d]);
+      decode_splits_ =
+          std::max(decode_splits_, plan.decode_cu_splits[d + 1] - plan.decode_cu_splits[d]);
     // One split per request: the kernel writes the output itself, no partials and no merge.
     decode_direct_ = decode_splits_ <= 1;
     std::vector<int32_t> token_parts(static_cast<size_t>(plan.num_tokens), 0);
     for (int32_t d = 0; d < plan.decode.num_requests(); ++d) {
       const int32_t i = plan.decode.begin + d;
       const int32_t first = plan.decode_cu_splits[d], count = plan.decode_cu_splits[d + 1] - first;
-      for (int32_t t = 0; t < plan.query_lens[i]; ++t) token_parts[plan.cu_seqlens_q[i] + t] = count;
+      for (int32_t t = 0; t < plan.query_lens[i]; ++t)
+        token_parts[plan.cu_seqlens_q[i] + t] = count;
       for (int32_t s = 0; s < count; ++s) {
         const int32_t start = plan.split_kv_start[first + s];
-        add_items(items, plan, i, group, hkv, decode_rows, start, start + plan.split_kv_len[first + s],
-                  decode_direct_ ? -1 : s);
+        add_items(items, plan, i, group, hkv, decode_rows, start,
+                  start + plan.split_kv_len[first + s], decode_direct_ ? -1 : s);
       }
     }
     push_launch(items, decode_tile_, Launch::kDecode, -1);
@@ -133,7 +137,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
     flash_possible_ = cuda_device_info().compute_capability == 90 &&
                       (kernels::flash_prefill_built(params.head_dim, DType::kBF16) ||
                        kernels::flash_prefill_built(params.head_dim, DType::kF16));
-    if (flash_possible_) add_compute_paths(items, plan, group, hkv, kernels::kFlashPrefillRows, true);
+    if (flash_possible_)
+      add_compute_paths(items, plan, group, hkv, kernels::kFlashPrefillRows, true);
     items_offset_ = arena.add(items);
     token_parts_offset_ = arena.add(token_parts);
 
@@ -179,12 +184,13 @@ class ThreePathBackend final : public CudaAttentionBackend {
       // Maps of (k, v, layout, blocks, block size) with this step's heads, dims and dtype.
       auto cached_maps = [&](const void* k, const void* v, int64_t blocks, int block_size,
                              kernels::FlashTensorMaps* out) {
-        const FlashMapKey key{k, v, static_cast<int>(c.layout), blocks, block_size,
-                              c.num_kv_heads, c.head_dim, in.q.dtype};
+        const FlashMapKey key{k,          v,          static_cast<int>(c.layout),
+                              blocks,     block_size, c.num_kv_heads,
+                              c.head_dim, in.q.dtype};
         return tensor_maps_.get(key, out, [&](kernels::FlashTensorMaps* m) {
           return kernels::make_flash_tensor_maps(k, v, static_cast<int>(c.layout), blocks,
-                                                 block_size, c.num_kv_heads, c.head_dim,
-                                                 in.q.dtype, m);
+                                                 block_size, c.num_kv_heads, c.head_dim, in.q.dtype,
+                                                 m);
         });
       };
       if (cached_maps(in.cache.k.data, in.cache.v.data, c.num_blocks, c.block_size, &maps_)) {
@@ -220,15 +226,16 @@ class ThreePathBackend final : public CudaAttentionBackend {
       // Gathered chunks: copy the chunk, then read the workspace (the items are shifted).
       const bool gathered = gather && l.kind == Launch::kExtendChunk;
       if (gathered) {
-        gather_.gather_and_redirect(l.chunk, arena(), in.cache.config,
-                                    gather_workspace_.as<void>(), p, stream);
+        gather_.gather_and_redirect(l.chunk, arena(), in.cache.config, gather_workspace_.as<void>(),
+                                    p, stream);
       }
       if (flash && l.kind != Launch::kDecode) {
         TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(
             params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
-        TRIPATH_CUDA_CHECK(kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
+        TRIPATH_CUDA_CHECK(
+            kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
         TRIPATH_CUDA_CHECK(
             kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
@@ -288,9 +295,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
 
   void push_launch(const std::vector<UnifiedWorkItem>& items, kernels::UnifiedTile tile,
                    Launch::Kind kind, int32_t chunk, bool flash = false) {
-    const int32_t first = launches_.empty()
-                              ? 0
-                              : launches_.back().first_item + launches_.back().num_items;
+    const int32_t first =
+        launches_.empty() ? 0 : launches_.back().first_item + launches_.back().num_items;
     const int32_t count = static_cast<int32_t>(items.size()) - first;
     if (count > 0) launches_.push_back({kind, tile, first, count, chunk, flash});
   }

@@ -38,6 +38,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "common/cluster.cuh"
@@ -78,12 +79,18 @@ struct FlashPrefillConfig {
   static constexpr int kStages = kStagesFit < 4 ? kStagesFit : 4;
   static_assert(kStages >= 2, "flash prefill: tiles do not fit shared memory");
   static constexpr uint32_t kBytesTiles = kBytesQ + kStages * (kBytesK + kBytesV);
-  // + 1024: tiles start on a 1024-byte boundary (the swizzle period); then the mbarriers.
-  static constexpr size_t kSmemBytes = 1024 + kBytesTiles + 8 * (2 * kStages + 1);
+  // + 1024: tiles start on a 1024-byte boundary (the swizzle period); then the mbarriers (full
+  // and empty per stage, Q full, Q empty).
+  static constexpr size_t kSmemBytes = 1024 + kBytesTiles + 8 * (2 * kStages + 2);
 };
 
+// kPersistent: at most one CTA per SM, each running the items blockIdx.x + n * gridDim.x in a
+// snake order (n odd: counted from the other end, which evens out the longest-first item list);
+// the stage ring and the Q barriers carry on from item to item, so the producer loads the next
+// item's Q and first tiles while the consumers finish the last tile and write their output,
+// which a fresh CTA per item leaves exposed (launch, Q load, first tile, epilogue).
 template <int D, int DV, typename T, bool kTma,
-          FlashConsumerMode kMode = FlashConsumerMode::kSerial>
+          FlashConsumerMode kMode = FlashConsumerMode::kSerial, bool kPersistent = false>
 __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(kMode)>::kThreads, 1)
     flash_prefill_kernel(const __grid_constant__ UnifiedParams p,
                          const __grid_constant__ FlashTensorMaps maps) {
@@ -91,6 +98,9 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
   // kCluster: CTA pairs of a 2-CTA cluster share the K/V tiles they both read (TMA multicast).
   constexpr bool kCluster = flash_mode_is_cluster(kMode);
   static_assert(!kCluster || kTma, "the cluster modes load by TMA");
+  static_assert(!kPersistent || kMode == FlashConsumerMode::kWideSerial ||
+                    kMode == FlashConsumerMode::kWidePingPong,
+                "persistent CTAs: the wide serial and ping-pong loops");
   constexpr bool kMathOnly = kMode == FlashConsumerMode::kProbeMathOnly ||
                              kMode == FlashConsumerMode::kProbeMathOnlyWidePingPong;
   constexpr bool kLoadsOnly = kMode == FlashConsumerMode::kProbeLoadsOnly;
@@ -118,13 +128,21 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
   uint64_t* full = reinterpret_cast<uint64_t*>(sQ + Cfg::kBytesTiles);  // [kStages]
   uint64_t* empty = full + kStages;                                     // [kStages]
   uint64_t* q_full = empty + kStages;
+  uint64_t* q_empty = q_full + 1;  // kPersistent: the consumers are done reading Q
   const uint32_t aQ = raw_addr + pad;
   const uint32_t aK = aQ + Cfg::kBytesQ;
   const uint32_t aV = aK + kStages * Cfg::kBytesK;
 
   // The cluster modes pad the grid to an even size: the extra CTA has no rows and no tiles.
   const bool real = !kCluster || int(blockIdx.x) < p.num_items;
-  const UnifiedWorkItem it = p.items[real ? blockIdx.x : 0];
+  // The n-th item of this CTA (n = 0: blockIdx.x; past the list: -1).
+  auto item_index = [&](int n) {
+    if (!kPersistent) return n == 0 ? int(blockIdx.x) : -1;
+    const int g = int(gridDim.x), b = int(blockIdx.x);
+    const int idx = n * g + ((n & 1) ? g - 1 - b : b);
+    return idx < p.num_items ? idx : -1;
+  };
+  UnifiedWorkItem it = p.items[real ? blockIdx.x : 0];
   const int tid = threadIdx.x;
   const int rpt = p.rows_per_token;
   // An item's key range and tiles: [key_lo, key_hi), tiles from tile0 (TMA copies whole cache
@@ -149,9 +167,17 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     v.n_tma = kTma && v.num_tiles > 0 ? (v.key_hi - v.tile0) / kN : 0;
     return v;
   };
-  const Span sp = span_of(it, real);
-  const int tok0 = sp.tok0, ctx = sp.ctx, row_end = sp.row_end;
-  const int key_lo = sp.key_lo, key_hi = sp.key_hi, tile0 = sp.tile0, num_tiles = sp.num_tiles;
+  Span sp = span_of(it, real);
+  int tok0 = sp.tok0, ctx = sp.ctx, row_end = sp.row_end;
+  int key_lo = sp.key_lo, key_hi = sp.key_hi, tile0 = sp.tile0, num_tiles = sp.num_tiles;
+  // kPersistent: makes item idx this CTA's current one (the lambdas below read these by
+  // reference).
+  auto set_item = [&](int idx) {
+    it = p.items[idx];
+    sp = span_of(it, true);
+    tok0 = sp.tok0, ctx = sp.ctx, row_end = sp.row_end;
+    key_lo = sp.key_lo, key_hi = sp.key_hi, tile0 = sp.tile0, num_tiles = sp.num_tiles;
+  };
   auto tma_tile = [&](int j) { return kTma && j < sp.n_tma; };
   // kCluster: the first n_shared tiles are the same cache keys for both CTAs of the pair (same
   // request, KV head and tile start); each CTA copies half of their boxes (rank 0 K, rank 1 V)
@@ -177,6 +203,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       mbarrier::init(&empty[st], kCluster ? 2 * Cfg::kConsumerThreads / 32 : Cfg::kConsumerThreads);
     }
     mbarrier::init(q_full, Cfg::kProducerThreads);
+    mbarrier::init(q_empty, Cfg::kConsumerThreads);
     if constexpr (kCluster) cluster::fence_mbarrier_init();
   }
   if constexpr (kCluster) {
@@ -193,105 +220,118 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     // rpt.
     const int pt = tid - Cfg::kConsumerThreads;
     constexpr int kChunksQ = D / 8;
-    for (int idx = pt; idx < kM * kChunksQ; idx += Cfg::kProducerThreads) {
-      const int r = idx / kChunksQ, c = idx % kChunksQ, gr = it.row_begin + r;
-      const bool valid = gr < row_end;
-      const T* src = static_cast<const T*>(p.q);
-      if (valid)
-        src += (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8;
-      cp_async_16(sQ + sw128_offset(r, c, kM), src, valid);
-    }
-    mbarrier::arrive_on_cp_async(q_full);
-
     // K/V: each thread owns one key of the tile (two threads per key for 32-key tiles) and
     // looks its block up once per tile; K rows hold D elements and V rows DV. (Measured: one
     // lookup per 16-byte chunk with warps reading whole rows was slower, 43 vs 30 ms on
     // prefill-8k: the producers' dependent table loads, not the sectors, set the pace.)
     constexpr int kThreadsPerKey = Cfg::kProducerThreads / kN;
     const int key = pt / kThreadsPerKey, part = pt % kThreadsPerKey;
-    const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
-    for (int j = 0; j < num_tiles; ++j) {
-      const int st = j % kStages;
-      if (j >= kStages) mbarrier::wait(&empty[st], ((j / kStages) - 1) & 1);
-      if (kMathOnly && j >= kStages) {  // probe: the stage keeps its old tile
-        mbarrier::arrive(&full[st]);
-        continue;
+    int g = 0;  // tiles this CTA put in the ring for its items before the current one
+    for (int n = 0;; ++n) {
+      if (n > 0) {  // kPersistent: the next item, once the consumers are done with Q
+        const int idx = item_index(n);
+        if (idx < 0) break;
+        set_item(idx);
+        mbarrier::wait(q_empty, (n - 1) & 1);
       }
-      const int tile_start = tile0 + j * kN;
-      unsigned char* dk = sK + st * Cfg::kBytesK;
-      unsigned char* dv = sV + st * Cfg::kBytesV;
-      if constexpr (kTma) {
-        // A tile of whole blocks below key_hi: box copies per (block, 64-wide panel), the
-        // stage's barrier counting the bytes. The last tile (keys past key_hi, whose slots may
-        // hold anything, even NaN) takes the cp.async path below, which zero-fills them.
-        if (tma_tile(j)) {
-          // The first producer warp: lane 0 posts the stage's bytes, then each lane looks up
-          // and copies its own boxes, so a tile's block-table reads (8 at 128 keys, block 16)
-          // go out together instead of one dependent L2 round trip per box from one thread.
-          // Lane pt copies the box rows [pt * rows, pt * rows + rows): one cache block
-          // (maps.rows >= 8, so a lane has at most one per tile). (Reading it a tile ahead,
-          // before the wait for the stage, measured no change: 8.84 ms, run g2.)
-          if (pt < 32) {
-            if (pt == 0) mbarrier::arrive_expect_tx(&full[st], Cfg::kBytesK + Cfg::kBytesV);
-            __syncwarp();
-            const bool nhd = p.layout == kLayoutNHD;
-            const int r0 = pt * maps.rows;
-            if (r0 < kN) {
-              const int kabs = tile_start + r0;
-              const int block = table[kabs >> p.log2_block_size];
-              const int slot = kabs & (p.block_size - 1);
-              // NHD maps are {dim, kv head, block * block_size + slot}; HND / tiled maps are
-              // {dim, slot, block * kv heads + kv head}.
-              const int c1 = nhd ? it.kv_head : slot;
-              const int c2 =
-                  nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
-              if (kCluster && j < n_shared) {  // this CTA's half, into both CTAs
-                if (rank == 0) {
-#pragma unroll
-                  for (int pk = 0; pk < D / 64; ++pk)
-                    tma::load_3d_multicast(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1, c2,
-                                           &full[st], 0x3);
-                } else {
-#pragma unroll
-                  for (int pv = 0; pv < DV / 64; ++pv)
-                    tma::load_3d_multicast(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2,
-                                           &full[st], 0x3);
-                }
-              } else {
-#pragma unroll
-                for (int pk = 0; pk < D / 64; ++pk)
-                  tma::load_3d(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1, c2, &full[st]);
-#pragma unroll
-                for (int pv = 0; pv < DV / 64; ++pv)
-                  tma::load_3d(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2, &full[st]);
-              }
-            }
-            if (pt != 0) mbarrier::arrive(&full[st]);
-          } else {
-            mbarrier::arrive(&full[st]);
-          }
+      for (int idx = pt; idx < kM * kChunksQ; idx += Cfg::kProducerThreads) {
+        const int r = idx / kChunksQ, c = idx % kChunksQ, gr = it.row_begin + r;
+        const bool valid = gr < row_end;
+        const T* src = static_cast<const T*>(p.q);
+        if (valid)
+          src += (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8;
+        cp_async_16(sQ + sw128_offset(r, c, kM), src, valid);
+      }
+      mbarrier::arrive_on_cp_async(q_full);
+
+      const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+      for (int j = 0; j < num_tiles; ++j) {
+        const int gj = g + j, st = gj % kStages;
+        if (gj >= kStages) mbarrier::wait(&empty[st], ((gj / kStages) - 1) & 1);
+        if (kMathOnly && j >= kStages) {  // probe: the stage keeps its old tile
+          mbarrier::arrive(&full[st]);
           continue;
         }
-      }
-      const int kabs = tile_start + key;
-      const bool valid = kabs < key_hi;
-      const int64_t block = valid ? table[kabs >> p.log2_block_size] : 0;
-      const int slot = kabs & (p.block_size - 1);
+        const int tile_start = tile0 + j * kN;
+        unsigned char* dk = sK + st * Cfg::kBytesK;
+        unsigned char* dv = sV + st * Cfg::kBytesV;
+        if constexpr (kTma) {
+          // A tile of whole blocks below key_hi: box copies per (block, 64-wide panel), the
+          // stage's barrier counting the bytes. The last tile (keys past key_hi, whose slots may
+          // hold anything, even NaN) takes the cp.async path below, which zero-fills them.
+          if (tma_tile(j)) {
+            // The first producer warp: lane 0 posts the stage's bytes, then each lane looks up
+            // and copies its own boxes, so a tile's block-table reads (8 at 128 keys, block 16)
+            // go out together instead of one dependent L2 round trip per box from one thread.
+            // Lane pt copies the box rows [pt * rows, pt * rows + rows): one cache block
+            // (maps.rows >= 8, so a lane has at most one per tile). (Reading it a tile ahead,
+            // before the wait for the stage, measured no change: 8.84 ms, run g2.)
+            if (pt < 32) {
+              if (pt == 0) mbarrier::arrive_expect_tx(&full[st], Cfg::kBytesK + Cfg::kBytesV);
+              __syncwarp();
+              const bool nhd = p.layout == kLayoutNHD;
+              const int r0 = pt * maps.rows;
+              if (r0 < kN) {
+                const int kabs = tile_start + r0;
+                const int block = table[kabs >> p.log2_block_size];
+                const int slot = kabs & (p.block_size - 1);
+                // NHD maps are {dim, kv head, block * block_size + slot}; HND / tiled maps are
+                // {dim, slot, block * kv heads + kv head}.
+                const int c1 = nhd ? it.kv_head : slot;
+                const int c2 =
+                    nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
+                if (kCluster && j < n_shared) {  // this CTA's half, into both CTAs
+                  if (rank == 0) {
+#pragma unroll
+                    for (int pk = 0; pk < D / 64; ++pk)
+                      tma::load_3d_multicast(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1,
+                                             c2, &full[st], 0x3);
+                  } else {
+#pragma unroll
+                    for (int pv = 0; pv < DV / 64; ++pv)
+                      tma::load_3d_multicast(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1,
+                                             c2, &full[st], 0x3);
+                  }
+                } else {
+#pragma unroll
+                  for (int pk = 0; pk < D / 64; ++pk)
+                    tma::load_3d(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1, c2,
+                                 &full[st]);
+#pragma unroll
+                  for (int pv = 0; pv < DV / 64; ++pv)
+                    tma::load_3d(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2,
+                                 &full[st]);
+                }
+              }
+              if (pt != 0) mbarrier::arrive(&full[st]);
+            } else {
+              mbarrier::arrive(&full[st]);
+            }
+            continue;
+          }
+        }
+        const int kabs = tile_start + key;
+        const bool valid = kabs < key_hi;
+        const int64_t block = valid ? table[kabs >> p.log2_block_size] : 0;
+        const int slot = kabs & (p.block_size - 1);
 #pragma unroll 4
-      for (int c = part; c < D / 8; c += kThreadsPerKey) {
-        const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
-                                                    p.block_size, p.num_kv_heads, D, 8)
-                                  : 0;
-        cp_async_16(dk + sw128_offset(key, c, kN), static_cast<const T*>(p.k_cache) + off, valid);
-      }
+        for (int c = part; c < D / 8; c += kThreadsPerKey) {
+          const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
+                                                      p.block_size, p.num_kv_heads, D, 8)
+                                    : 0;
+          cp_async_16(dk + sw128_offset(key, c, kN), static_cast<const T*>(p.k_cache) + off, valid);
+        }
 #pragma unroll 4
-      for (int c = part; c < DV / 8; c += kThreadsPerKey) {
-        const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
-                                                    p.block_size, p.num_kv_heads, DV, 8)
-                                  : 0;
-        cp_async_16(dv + sw128_offset(key, c, kN), static_cast<const T*>(p.v_cache) + off, valid);
+        for (int c = part; c < DV / 8; c += kThreadsPerKey) {
+          const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
+                                                      p.block_size, p.num_kv_heads, DV, 8)
+                                    : 0;
+          cp_async_16(dv + sw128_offset(key, c, kN), static_cast<const T*>(p.v_cache) + off, valid);
+        }
+        mbarrier::arrive_on_cp_async(&full[st]);
       }
-      mbarrier::arrive_on_cp_async(&full[st]);
+      g += num_tiles;
+      if (!kPersistent) break;
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // stay until this thread's copies land
     if constexpr (kCluster) cluster::sync();  // the consumers' matching sync is at the end
@@ -303,26 +343,35 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Cfg::kConsumerRegs));
   }
   const int wg = tid / 128, warp = (tid % 128) / 32, lane = tid % 32;
+  const uint32_t aQ_wg = aQ + wg * 64 * 128;
+  // This thread's two rows in the current item: their key positions, and the warpgroup's first
+  // and last row positions (the masks' bounds).
   int row_pos[2];
   bool row_ok[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int gr = it.row_begin + wg * 64 + warp * 16 + lane / 4 + 8 * i;
-    row_ok[i] = gr < row_end;
-    row_pos[i] = ctx + (row_ok[i] ? gr / rpt : 0);
-  }
-  const int wg_first = min(it.row_begin + wg * 64, row_end - 1);
-  const int wg_last = min(it.row_begin + wg * 64 + 63, row_end - 1);
-  const int first_pos = ctx + wg_first / rpt, last_pos = ctx + wg_last / rpt;
-  const uint32_t aQ_wg = aQ + wg * 64 * 128;
-
+  int first_pos, last_pos;
   float o[DV / 2];
   float s[kN / 2];
 #pragma unroll
-  for (int i = 0; i < DV / 2; ++i) o[i] = 0.0f;
-#pragma unroll
   for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+  float m[2], l[2];
+  auto begin_item = [&] {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int gr = it.row_begin + wg * 64 + warp * 16 + lane / 4 + 8 * i;
+      row_ok[i] = gr < row_end;
+      row_pos[i] = ctx + (row_ok[i] ? gr / rpt : 0);
+      m[i] = kNegInf;
+      l[i] = 0.0f;
+    }
+    const int wg_first = min(it.row_begin + wg * 64, row_end - 1);
+    const int wg_last = min(it.row_begin + wg * 64 + 63, row_end - 1);
+    first_pos = ctx + wg_first / rpt;
+    last_pos = ctx + wg_last / rpt;
+#pragma unroll
+    for (int i = 0; i < DV / 2; ++i) o[i] = 0.0f;
+  };
+  int g = 0;  // tiles of this CTA's items before the current one (the ring's position)
+  auto stage = [&](int j) { return (g + j) % kStages; };
 
   // The steps of one tile, shared by the two loop forms below.
   // S = Q K^T of the tile in stage st over D in 16-wide steps: panel ks / 4, 32 bytes per step.
@@ -391,7 +440,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     wgmma::commit();
   };
   auto wait_stage = [&](int j) {
-    mbarrier::wait(&full[j % kStages], (j / kStages) & 1);
+    mbarrier::wait(&full[stage(j)], ((g + j) / kStages) & 1);
     // cp.async copies are generic-proxy writes that wgmma (async proxy) must be fenced from; a
     // TMA tile is async-proxy already, and its barrier's completion makes it visible (the fence
     // costs a MEMBAR.ALL.CTA per tile).
@@ -404,149 +453,171 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
   auto release = [&](int j) {
     if constexpr (kCluster) {
       __syncwarp();
-      if (lane == 0) mbarrier::arrive(&empty[j % kStages]);
+      if (lane == 0) mbarrier::arrive(&empty[stage(j)]);
       if (lane == 1) {
         if (j < n_shared) {
-          cluster::arrive_remote(&empty[j % kStages], rank ^ 1u);
+          cluster::arrive_remote(&empty[stage(j)], rank ^ 1u);
         } else {
-          mbarrier::arrive(&empty[j % kStages]);
+          mbarrier::arrive(&empty[stage(j)]);
         }
       }
     } else {
-      mbarrier::arrive(&empty[j % kStages]);
+      mbarrier::arrive(&empty[stage(j)]);
     }
   };
+  // kPersistent: this thread's S GEMMs of the item are done with Q (the producer may load the
+  // next item's).
+  auto release_q = [&] {
+    if constexpr (kPersistent) mbarrier::arrive(q_empty);
+  };
 
-  mbarrier::wait(q_full, 0);
-  wgmma::fence_proxy_async();  // Q: the producers' cp.async (generic-proxy) writes
   float alpha[2];
-  if constexpr (!kOverlap) {
-    // In series: S, softmax, P V; the other warpgroup fills the tensor cores meanwhile.
-    for (int j = 0; j < num_tiles; ++j) {
-      wait_stage(j);
-      if constexpr (kLoadsOnly) {  // probe: release the tile untouched
+  // kPingPong's turns (see below) run on across this CTA's items: warpgroup 1 gives warpgroup 0
+  // the first turn before the first item, and warpgroup 0 takes one extra turn after the last.
+  if constexpr (kPingPong) {
+    if (wg == 1) named_barrier_arrive(2, Cfg::kConsumerThreads);
+  }
+  for (int n = 0;; ++n) {
+    if (n > 0) {  // kPersistent: the next item
+      const int idx = item_index(n);
+      if (idx < 0) break;
+      set_item(idx);
+    }
+    begin_item();
+    mbarrier::wait(q_full, n & 1);
+    wgmma::fence_proxy_async();  // Q: the producers' cp.async (generic-proxy) writes
+    if (num_tiles == 0) release_q();
+    if constexpr (!kOverlap) {
+      // In series: S, softmax, P V; the other warpgroup fills the tensor cores meanwhile.
+      for (int j = 0; j < num_tiles; ++j) {
+        wait_stage(j);
+        if constexpr (kLoadsOnly) {  // probe: release the tile untouched
+          release(j);
+          continue;
+        }
+        issue_s(stage(j), s);
+        wgmma::wait<0>();
+        wgmma::fence_operands(s);
+        if (j + 1 == num_tiles) release_q();
+        scores(j, s, alpha);
+        // Once a warp's row maxima settle (most tiles of a long row) alpha is exactly 1 and the
+        // 64 multiplies of O change nothing: skipped, warp by warp.
+        if (!warp_rescale_is_identity(alpha[0], alpha[1])) rescale_o(alpha);
+        pack_p(s);
+        issue_pv(stage(j));
+        wgmma::wait<0>();
+        wgmma::fence_operands(o);
+        release(j);  // this warpgroup is done with the stage
+      }
+    } else {
+      // Overlapped, in FA3's order: S(j + 1) and P V(j) go to the tensor cores back to back, and
+      // softmax(j + 1) runs while P V(j) does. No plain instruction writes the registers of a
+      // wgmma in flight (O is rescaled and P repacked only after P V(j) retires), which keeps
+      // ptxas from serializing the wgmmas (C7515).
+      if (num_tiles > 0) {
+        wait_stage(0);
+        issue_s(stage(0), s);
+        wgmma::wait<0>();
+        wgmma::fence_operands(s);
+        if (num_tiles == 1) release_q();
+        scores(0, s, alpha);
+        rescale_o(alpha);
+        pack_p(s);
+      }
+      // kPingPong (FA3's warpgroup scheduling): the two warpgroups take turns issuing their pair
+      // of GEMMs, so one's softmax runs under the other's GEMMs instead of both contending for
+      // the tensor cores at once and then both leaving them idle. Named barrier 2 + w is
+      // warpgroup w's turn: it waits there before issuing and then gives the turn to the other.
+      // Warpgroup 1 gives warpgroup 0 the first turn, and warpgroup 0 takes one extra turn after
+      // the last item, so every barrier sees as many arrivals as waits.
+      // (Literal barrier ids at each call: ptxas reserves all 16 barriers for a runtime id.)
+      auto my_turn = [&] {
+        if (wg == 0) {
+          named_barrier_sync(2, Cfg::kConsumerThreads);
+        } else {
+          named_barrier_sync(3, Cfg::kConsumerThreads);
+        }
+      };
+      auto other_turn = [&] {
+        if (wg == 0) {
+          named_barrier_arrive(3, Cfg::kConsumerThreads);
+        } else {
+          named_barrier_arrive(2, Cfg::kConsumerThreads);
+        }
+      };
+      // Every tile but the last has a successor; the last is peeled off so the control flow has
+      // no `has next` branches for ptxas to pair up wrongly (it serialized the wgmmas then).
+      for (int j = 0; j + 1 < num_tiles; ++j) {
+        wait_stage(j + 1);
+        if constexpr (kPingPong) my_turn();
+        issue_s(stage(j + 1), s);
+        issue_pv(stage(j));
+        if constexpr (kPingPong) other_turn();
+        wgmma::wait<1>();  // S(j + 1) has retired; P V(j) may still run
+        wgmma::fence_operands(s);
+        if (j + 2 == num_tiles) release_q();
+        scores(j + 1, s, alpha);
+        wgmma::wait<0>();
+        wgmma::fence_operands(o);
         release(j);
+        rescale_o(alpha);
+        pack_p(s);
+      }
+      if (num_tiles > 0) {
+        issue_pv(stage(num_tiles - 1));
+        wgmma::wait<0>();
+        wgmma::fence_operands(o);
+        release(num_tiles - 1);  // (kPersistent: the next item's tiles reuse the ring)
+      }
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+
+    // Each thread writes two adjacent elements per 8-column block of its two rows.
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int gr = it.row_begin + wg * 64 + warp * 16 + lane / 4 + 8 * i;
+      if (gr >= row_end) continue;
+      const int token = tok0 + gr / rpt, head = it.q_head + gr % rpt;
+      const int64_t row = int64_t(token) * p.num_q_heads + head;
+      const float lv = l[i];
+      float lse = lv > 0.0f ? (m[i] + log2f(lv)) * 0.6931471805599453f : kNegInf;
+      float factor = lv > 0.0f ? p.v_scale / lv : 0.0f;
+      if (it.split >= 0) {
+        const int64_t prow = int64_t(it.split) * p.num_tokens * p.num_q_heads + row;
+        float* dst = p.partial_out + prow * DV + (lane % 4) * 2;
+#pragma unroll
+        for (int dn = 0; dn < DV / 8; ++dn) {
+          *reinterpret_cast<float2*>(dst + dn * 8) =
+              make_float2(o[dn * 4 + 2 * i] * factor, o[dn * 4 + 2 * i + 1] * factor);
+        }
+        if (lane % 4 == 0) p.partial_lse[prow] = lse;
         continue;
       }
-      issue_s(j % kStages, s);
-      wgmma::wait<0>();
-      wgmma::fence_operands(s);
-      scores(j, s, alpha);
-      // Once a warp's row maxima settle (most tiles of a long row) alpha is exactly 1 and the
-      // 64 multiplies of O change nothing: skipped, warp by warp.
-      if (!warp_rescale_is_identity(alpha[0], alpha[1])) rescale_o(alpha);
-      pack_p(s);
-      issue_pv(j % kStages);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
-      release(j);  // this warpgroup is done with the stage
-    }
-  } else {
-    // Overlapped, in FA3's order: S(j + 1) and P V(j) go to the tensor cores back to back, and
-    // softmax(j + 1) runs while P V(j) does. No plain instruction writes the registers of a
-    // wgmma in flight (O is rescaled and P repacked only after P V(j) retires), which keeps
-    // ptxas from serializing the wgmmas (C7515).
-    if (num_tiles > 0) {
-      wait_stage(0);
-      issue_s(0, s);
-      wgmma::wait<0>();
-      wgmma::fence_operands(s);
-      scores(0, s, alpha);
-      rescale_o(alpha);
-      pack_p(s);
-    }
-    // kPingPong (FA3's warpgroup scheduling): the two warpgroups take turns issuing their pair
-    // of GEMMs, so one's softmax runs under the other's GEMMs instead of both contending for
-    // the tensor cores at once and then both leaving them idle. Named barrier 2 + w is
-    // warpgroup w's turn: it waits there before issuing and then gives the turn to the other.
-    // Warpgroup 1 gives warpgroup 0 the first turn, and warpgroup 0 takes one extra turn after
-    // the loop, so every barrier sees as many arrivals as waits.
-    // (Literal barrier ids at each call: ptxas reserves all 16 barriers for a runtime id.)
-    auto my_turn = [&] {
-      if (wg == 0) {
-        named_barrier_sync(2, Cfg::kConsumerThreads);
-      } else {
-        named_barrier_sync(3, Cfg::kConsumerThreads);
+      if (p.sinks != nullptr) {  // the sink: one more part with output 0 and LSE = its logit
+        const float sink = p.sinks[head];
+        const float mx = fmaxf(lse, sink);
+        const float merged = mx + logf(expf(lse - mx) + expf(sink - mx));
+        factor *= expf(lse - merged);
+        lse = merged;
       }
-    };
-    auto other_turn = [&] {
-      if (wg == 0) {
-        named_barrier_arrive(3, Cfg::kConsumerThreads);
-      } else {
-        named_barrier_arrive(2, Cfg::kConsumerThreads);
-      }
-    };
-    if constexpr (kPingPong) {
-      if (wg == 1) named_barrier_arrive(2, Cfg::kConsumerThreads);
-    }
-    // Every tile but the last has a successor; the last is peeled off so the control flow has
-    // no `has next` branches for ptxas to pair up wrongly (it serialized the wgmmas then).
-    for (int j = 0; j + 1 < num_tiles; ++j) {
-      wait_stage(j + 1);
-      if constexpr (kPingPong) my_turn();
-      issue_s((j + 1) % kStages, s);
-      issue_pv(j % kStages);
-      if constexpr (kPingPong) other_turn();
-      wgmma::wait<1>();  // S(j + 1) has retired; P V(j) may still run
-      wgmma::fence_operands(s);
-      scores(j + 1, s, alpha);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
-      release(j);
-      rescale_o(alpha);
-      pack_p(s);
-    }
-    if (num_tiles > 0) {
-      issue_pv((num_tiles - 1) % kStages);
-      wgmma::wait<0>();
-      wgmma::fence_operands(o);
-    }
-    if constexpr (kPingPong) {
-      if (wg == 0) named_barrier_sync(2, Cfg::kConsumerThreads);
-    }
-  }
-
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-  }
-
-  // Each thread writes two adjacent elements per 8-column block of its two rows.
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int gr = it.row_begin + wg * 64 + warp * 16 + lane / 4 + 8 * i;
-    if (gr >= row_end) continue;
-    const int token = tok0 + gr / rpt, head = it.q_head + gr % rpt;
-    const int64_t row = int64_t(token) * p.num_q_heads + head;
-    const float lv = l[i];
-    float lse = lv > 0.0f ? (m[i] + log2f(lv)) * 0.6931471805599453f : kNegInf;
-    float factor = lv > 0.0f ? p.v_scale / lv : 0.0f;
-    if (it.split >= 0) {
-      const int64_t prow = int64_t(it.split) * p.num_tokens * p.num_q_heads + row;
-      float* dst = p.partial_out + prow * DV + (lane % 4) * 2;
+      T* dst = static_cast<T*>(p.out) + row * DV + (lane % 4) * 2;
 #pragma unroll
       for (int dn = 0; dn < DV / 8; ++dn) {
-        *reinterpret_cast<float2*>(dst + dn * 8) =
-            make_float2(o[dn * 4 + 2 * i] * factor, o[dn * 4 + 2 * i + 1] * factor);
+        *reinterpret_cast<uint32_t*>(dst + dn * 8) =
+            pack2<T>(o[dn * 4 + 2 * i] * factor, o[dn * 4 + 2 * i + 1] * factor);
       }
-      if (lane % 4 == 0) p.partial_lse[prow] = lse;
-      continue;
+      if (lane % 4 == 0 && p.lse != nullptr) p.lse[row] = lse;
     }
-    if (p.sinks != nullptr) {  // the sink: one more part with output 0 and LSE = its logit
-      const float sink = p.sinks[head];
-      const float mx = fmaxf(lse, sink);
-      const float merged = mx + logf(expf(lse - mx) + expf(sink - mx));
-      factor *= expf(lse - merged);
-      lse = merged;
-    }
-    T* dst = static_cast<T*>(p.out) + row * DV + (lane % 4) * 2;
-#pragma unroll
-    for (int dn = 0; dn < DV / 8; ++dn) {
-      *reinterpret_cast<uint32_t*>(dst + dn * 8) =
-          pack2<T>(o[dn * 4 + 2 * i] * factor, o[dn * 4 + 2 * i + 1] * factor);
-    }
-    if (lane % 4 == 0 && p.lse != nullptr) p.lse[row] = lse;
+    g += num_tiles;
+    if (!kPersistent) break;
+  }  // items
+  if constexpr (kPingPong) {
+    if (wg == 0) named_barrier_sync(2, Cfg::kConsumerThreads);
   }
   // kCluster: stay until the peer no longer arrives on this CTA's barriers or copies into it.
   if constexpr (kCluster) cluster::sync();
@@ -561,14 +632,22 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
   static_assert(FlashPrefillConfig<D, DV>::kM == kFlashPrefillRows, "item rows");
   if (p.num_items == 0) return cudaSuccess;
   // `cluster` > 1: the cluster modes' CTA groups, on a grid padded to a multiple of it (the
-  // padding CTAs have no item).
-  auto launch = [&](auto kernel, auto cfg, unsigned cluster = 1) {
+  // padding CTAs have no item). `persistent`: one CTA per SM at most (the kernel's kPersistent
+  // loop over items; one CTA fits an SM).
+  auto launch = [&](auto kernel, auto cfg, unsigned cluster = 1, bool persistent = false) {
     using Cfg = decltype(cfg);
     const size_t smem = Cfg::kSmemBytes;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
     if (e != cudaSuccess) return e;
-    const unsigned grid = (unsigned(p.num_items) + cluster - 1) / cluster * cluster;
+    unsigned grid = (unsigned(p.num_items) + cluster - 1) / cluster * cluster;
+    if (persistent) {
+      int device = 0, sms = 0;
+      if ((e = cudaGetDevice(&device)) != cudaSuccess) return e;
+      e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+      if (e != cudaSuccess) return e;
+      grid = std::min(grid, unsigned(sms));
+    }
     return launch_kernel_in_clusters(false, cluster, kernel, dim3(grid), dim3(Cfg::kThreads), smem,
                                      stream, p, maps != nullptr ? *maps : FlashTensorMaps{});
   };
@@ -599,6 +678,20 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
     if (mode == M::kWideSerial) {
       return launch_mode(std::integral_constant<M, M::kWideSerial>{},
                          FlashPrefillConfig<D, DV, true>{});
+    }
+    // The persistent forms of kWideSerial / kWidePingPong (with or without tensor maps).
+    auto persistent = [&](auto mode_constant) {
+      constexpr FlashConsumerMode kMode = decltype(mode_constant)::value;
+      const FlashPrefillConfig<D, DV, true> cfg;
+      if (maps != nullptr)
+        return launch(flash_prefill_kernel<D, DV, T, true, kMode, true>, cfg, 1, true);
+      return launch(flash_prefill_kernel<D, DV, T, false, kMode, true>, cfg, 1, true);
+    };
+    if (mode == M::kWideSerialPersistent) {
+      return persistent(std::integral_constant<M, M::kWideSerial>{});
+    }
+    if (mode == M::kWidePingPongPersistent) {
+      return persistent(std::integral_constant<M, M::kWidePingPong>{});
     }
     // The probes and the cluster modes, on TMA loads only: without maps a cluster mode runs its
     // plain mode, a probe the default below.

@@ -51,7 +51,11 @@ enum class FlashConsumerMode : int {
   // Measured slower (H200 prefill-8k: 9.65 / 9.13 ms against kWideSerial's 8.63): halving the
   // L2 reads (6.7 TB/s in the loads-alone probe) did not pay for tying each CTA to its peer.
   kWideSerialCluster = 9,
-  kWidePingPongCluster = 10
+  kWidePingPongCluster = 10,
+  // kWideSerial / kWidePingPong in persistent CTAs: one per SM, each looping over items, the
+  // producer loading the next item's Q and tiles under the current item's last tile and output.
+  kWideSerialPersistent = 11,
+  kWidePingPongPersistent = 12
 };
 // Modes whose CTAs run in 2-CTA clusters (launched on an even grid).
 constexpr bool flash_mode_is_cluster(FlashConsumerMode m) {
@@ -62,7 +66,9 @@ constexpr bool flash_mode_is_wide(FlashConsumerMode m) {
   return m == FlashConsumerMode::kWide || m == FlashConsumerMode::kWideSerial ||
          m == FlashConsumerMode::kWidePingPong || m == FlashConsumerMode::kProbeMathOnly ||
          m == FlashConsumerMode::kProbeLoadsOnly ||
-         m == FlashConsumerMode::kProbeMathOnlyWidePingPong || flash_mode_is_cluster(m);
+         m == FlashConsumerMode::kProbeMathOnlyWidePingPong || flash_mode_is_cluster(m) ||
+         m == FlashConsumerMode::kWideSerialPersistent ||
+         m == FlashConsumerMode::kWidePingPongPersistent;
 }
 
 template <int D, int DV, typename T>

@@ -12,8 +12,10 @@ namespace tripath {
 
 std::vector<VariantVariable> variant_variables() {
   std::vector<VariantVariable> out = {
-      {"TRIPATH_FLASH_TMA", "three_path", "1: flash K/V tiles by TMA box copies; 0: by cp.async", 1,
-       1, ""},
+      {"TRIPATH_FLASH_TMA", "three_path",
+       "1: flash K/V tiles by TMA box copies; 2: the same, issued by every producer warp; 0: by "
+       "cp.async",
+       2, 1, ""},
       {"TRIPATH_FLASH_OVERLAP", "three_path",
        "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong; "
        "4: 128-key tiles, producer warpgroup, serial consumers; 5: 2 + ping-pong; 0: 64-key "

@@ -29,6 +29,7 @@ struct GpuCase {
   int64_t chunk_budget = 32768;  // extend context tokens per chunk (three_path rounds)
   bool flash_tma = true;         // three_path's TRIPATH_FLASH_TMA: 1 (default) TMA K/V loads,
                                  // 0 cp.async gathers
+  bool tma_all_warps = false;    // TRIPATH_FLASH_TMA=2: the boxes issued by every producer warp
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
                                  // programmatic dependents)
@@ -274,6 +275,15 @@ std::vector<GpuCase> all_cases() {
         t.name = prefix + "cp_async";
         add(t, t.name);
       }
+      // TRIPATH_FLASH_TMA=2 (each producer warp issues a share of a tile's boxes) on the same
+      // cases, with the default loop and the wide ping-pong.
+      for (int mode : {4, 5}) {
+        for (GpuCase t : tma) {
+          t.tma_all_warps = true;
+          t.flash_overlap = mode;
+          add(t, std::string(mode == 4 ? "tma_all_warps_" : "tma_all_warps_pingpong_") + t.name);
+        }
+      }
       // The persistent modes (=11, =12: one CTA per SM looping over items, the stage ring and
       // the Q barriers carried from item to item) on ~400 items of uneven lengths (3 or more
       // per CTA on an H200), with the features, and gathered by cp.async.
@@ -425,7 +435,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
     GTEST_SKIP() << "specialization " << spec_name(c.dim, c.dtype, c.cache) << " not built";
   std::unique_ptr<AttentionBackend> backend;
   {
-    ScopedEnv tma("TRIPATH_FLASH_TMA", c.flash_tma ? "1" : "0");
+    ScopedEnv tma("TRIPATH_FLASH_TMA", !c.flash_tma ? "0" : c.tma_all_warps ? "2" : "1");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
     ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
     const std::string overlap_value = std::to_string(c.flash_overlap);
@@ -559,7 +569,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
     const char* name;
     const char* value;
   };
-  for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "2"},
+  for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "3"},
                       Bad{"TRIPATH_FLASH_OVERLAP", "13"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
                       Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}}) {

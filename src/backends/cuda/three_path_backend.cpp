@@ -65,7 +65,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
  public:
   // Kernel variants, read once, at creation (read_variant: unset or empty takes the default).
   //   TRIPATH_FLASH_TMA (default 1): the flash kernel loads K/V tiles with TMA box copies;
-  //     0: with cp.async gathers (measured slower: 15.8 vs 11.8 ms on prefill-8k, H200).
+  //     0: with cp.async gathers (measured slower: 15.8 vs 11.8 ms on prefill-8k, H200);
+  //     2: the box copies of a tile issued by every producer warp, not the first one only.
   //   TRIPATH_FLASH_OVERLAP (default 4): 128-key tiles and a producer warpgroup that hands
   //     its registers to the consumers, serial consumer loop (measured 10.3 vs 11.85 ms for
   //     =0, 64-key tiles); =1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
@@ -83,7 +84,9 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     Default 0 until measured.
   //   A value outside the list is an error naming the variable.
   ThreePathBackend() {
-    flash_tma_ = read_variant("TRIPATH_FLASH_TMA") == 1;
+    const int tma = read_variant("TRIPATH_FLASH_TMA");
+    flash_tma_ = tma >= 1;
+    flash_tma_all_warps_ = tma == 2;
     // FlashConsumerMode's values are the variable's: 0 serial, 1 overlap, 2 wide, 3 ping-pong,
     // 4 wide tiles with the serial loop, 5 wide tiles with ping-pong.
     flash_mode_ = static_cast<kernels::FlashConsumerMode>(read_variant("TRIPATH_FLASH_OVERLAP"));
@@ -194,11 +197,13 @@ class ThreePathBackend final : public CudaAttentionBackend {
         });
       };
       if (cached_maps(in.cache.k.data, in.cache.v.data, c.num_blocks, c.block_size, &maps_)) {
+        maps_.all_warps_issue = flash_tma_all_warps_;
         maps = &maps_;
       }
       char* ws = gather_workspace_.as<char>();
       if (gather && cached_maps(ws, ws + gather_.v_offset(), gather_.capacity_blocks(),
                                 kernels::kGatherBlockSize, &gather_maps_)) {
+        gather_maps_.all_warps_issue = flash_tma_all_warps_;
         gather_maps = &gather_maps_;
       }
     }
@@ -349,6 +354,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   kernels::UnifiedTile decode_tile_ = kernels::kRows16;
   bool flash_possible_ = false;
   bool flash_tma_ = false;
+  bool flash_tma_all_warps_ = false;  // TRIPATH_FLASH_TMA=2
   kernels::FlashConsumerMode flash_mode_ = kernels::FlashConsumerMode::kSerial;
   // (k, v, layout, num_blocks, block_size, num_kv_heads, head_dim, q dtype)
   using FlashMapKey = std::tuple<const void*, const void*, int, int64_t, int, int, int, DType>;

@@ -266,7 +266,39 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
             // Lane pt copies the box rows [pt * rows, pt * rows + rows): one cache block
             // (maps.rows >= 8, so a lane has at most one per tile). (Reading it a tile ahead,
             // before the wait for the stage, measured no change: 8.84 ms, run g2.)
-            if (pt < 32) {
+            // maps.all_warps_issue: every producer warp takes the columns (K panels, then V
+            // panels) c with c % warps == its index, and its lane 0 posts their bytes.
+            constexpr int kWarps = Cfg::kProducerThreads / 32;
+            constexpr int kColumns = D / 64 + DV / 64;
+            if (!kCluster && maps.all_warps_issue) {
+              const int w = pt / 32, lane_p = pt % 32;
+              if (lane_p == 0) {
+                const int mine = (kColumns - w + kWarps - 1) / kWarps;  // columns w, w + warps..
+                mbarrier::arrive_expect_tx(&full[st], uint32_t(mine) * kN * 128);
+              }
+              __syncwarp();
+              const int r0 = lane_p * maps.rows;
+              if (r0 < kN && w < kColumns) {
+                const bool nhd = p.layout == kLayoutNHD;
+                const int kabs = tile_start + r0;
+                const int block = table[kabs >> p.log2_block_size];
+                const int slot = kabs & (p.block_size - 1);
+                const int c1 = nhd ? it.kv_head : slot;
+                const int c2 =
+                    nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
+#pragma unroll
+                for (int c = w; c < kColumns; c += kWarps) {
+                  if (c < D / 64) {
+                    tma::load_3d(dk + c * kN * 128 + r0 * 128, &maps.k, c * 64, c1, c2, &full[st]);
+                  } else {
+                    const int pv = c - D / 64;
+                    tma::load_3d(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2,
+                                 &full[st]);
+                  }
+                }
+              }
+              if (lane_p != 0) mbarrier::arrive(&full[st]);
+            } else if (pt < 32) {
               if (pt == 0) mbarrier::arrive_expect_tx(&full[st], Cfg::kBytesK + Cfg::kBytesV);
               __syncwarp();
               const bool nhd = p.layout == kLayoutNHD;

@@ -23,6 +23,9 @@ struct FlashTensorMaps {
   CUtensorMap k;
   CUtensorMap v;
   int32_t rows = 0;
+  // Box copies of a tile issued by the first producer warp only (false), or spread over every
+  // producer warp, each warp a share of the (K or V, 64-wide panel) columns (true).
+  bool all_warps_issue = false;
 };
 
 // The flash kernel's consumer loop: kSerial (64-key tiles, S, softmax, P V in series),

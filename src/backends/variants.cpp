@@ -13,16 +13,16 @@ namespace tripath {
 std::vector<VariantVariable> variant_variables() {
   std::vector<VariantVariable> out = {
       {"TRIPATH_FLASH_TMA", "three_path",
-       "1: flash K/V tiles by TMA box copies; 2: the same, issued by every producer warp; 0: by "
-       "cp.async",
-       2, 1, ""},
+       "2: flash K/V tiles by TMA box copies, each producer warp issuing a share; 1: the same, "
+       "all issued by the first producer warp; 0: by cp.async",
+       2, 2, ""},
       {"TRIPATH_FLASH_OVERLAP", "three_path",
        "1: FA3-order flash consumers; 2: + 128-key tiles, producer warpgroup; 3: + ping-pong; "
        "4: 128-key tiles, producer warpgroup, serial consumers; 5: 2 + ping-pong; 0: 64-key "
        "tiles, serial consumers; timing probes (wrong outputs): 6 math alone of 4, 7 loads "
        "alone of 4, 8 math alone of 5; 9 / 10: 4 / 5 with 2-CTA clusters sharing K/V tiles by "
        "TMA multicast; 11 / 12: 4 / 5 in persistent CTAs (one per SM, looping over items)",
-       12, 4, ""},
+       12, 5, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
       {"TRIPATH_PDL", "three_path, mla",

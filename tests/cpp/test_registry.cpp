@@ -360,10 +360,10 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
   EXPECT_EQ(names, (std::vector<std::string>{"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP",
                                              "TRIPATH_EXTEND_GATHER", "TRIPATH_PDL",
                                              "TRIPATH_MLA_WGMMA"}));
-  // The measured-faster kernels are the defaults: TMA loads, 128-key flash tiles with the
-  // serial consumer loop, and the wgmma MLA decode kernel; programmatic dependent launches off
-  // until measured.
-  EXPECT_EQ(defaults, (std::vector<int>{1, 4, 0, 0, 1}));
+  // The measured-faster kernels are the defaults: TMA loads issued by every producer warp,
+  // 128-key flash tiles with FA3's consumer order and ping-pong, and the wgmma MLA decode
+  // kernel; programmatic dependent launches off (measured no faster).
+  EXPECT_EQ(defaults, (std::vector<int>{2, 5, 0, 0, 1}));
 }
 
 // read_variant, the parser the GPU backends use at creation: unset / empty -> the default, a
@@ -372,23 +372,27 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
 TEST(Registry, ReadVariantParsesAndRejects) {
   {
     ScopedEnv unset("TRIPATH_FLASH_OVERLAP", nullptr);
-    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 4);
+    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 5);
   }
   {
     ScopedEnv empty("TRIPATH_FLASH_OVERLAP", "");
-    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 4);
+    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 5);
   }
-  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_MLA_WGMMA"}) {
+  struct Default {
+    const char* name;
+    int value;
+  };
+  for (const Default d : {Default{"TRIPATH_FLASH_TMA", 2}, Default{"TRIPATH_MLA_WGMMA", 1}}) {
     {
-      ScopedEnv unset(name, nullptr);
-      EXPECT_EQ(tripath::read_variant(name), 1) << name;
+      ScopedEnv unset(d.name, nullptr);
+      EXPECT_EQ(tripath::read_variant(d.name), d.value) << d.name;
     }
     {
-      ScopedEnv empty(name, "");
-      EXPECT_EQ(tripath::read_variant(name), 1) << name;
+      ScopedEnv empty(d.name, "");
+      EXPECT_EQ(tripath::read_variant(d.name), d.value) << d.name;
     }
-    ScopedEnv off(name, "0");
-    EXPECT_EQ(tripath::read_variant(name), 0) << name;
+    ScopedEnv off(d.name, "0");
+    EXPECT_EQ(tripath::read_variant(d.name), 0) << d.name;
   }
   {
     // TRIPATH_PDL: off unless asked for (not yet measured).

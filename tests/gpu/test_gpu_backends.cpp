@@ -27,16 +27,17 @@ struct GpuCase {
   bool sinks = false, lse = true, ordered = true;
   int threshold = 1;
   int64_t chunk_budget = 32768;  // extend context tokens per chunk (three_path rounds)
-  bool flash_tma = true;         // three_path's TRIPATH_FLASH_TMA: 1 (default) TMA K/V loads,
-                                 // 0 cp.async gathers
-  bool tma_all_warps = false;    // TRIPATH_FLASH_TMA=2: the boxes issued by every producer warp
+  bool flash_tma = true;         // three_path's TRIPATH_FLASH_TMA: TMA K/V loads (2, the
+                                 // default, with tma_all_warps; else 1), 0 cp.async gathers
+  bool tma_all_warps = true;     // 2: the boxes issued by every producer warp; 1: by the first
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
                                  // programmatic dependents)
-  int flash_overlap = 4;         // three_path's TRIPATH_FLASH_OVERLAP: 4 (default: 128-key
-                                 // tiles, serial loop), 0 (64-key tiles, serial loop),
-                                 // 1 (pipelined consumers), 2 (also 128-key tiles, producer
-                                 // warpgroup), 3 (ping-pong), 5 (2 with ping-pong), 9 / 10
+  int flash_overlap = 5;         // three_path's TRIPATH_FLASH_OVERLAP: 5 (default: 128-key
+                                 // tiles, producer warpgroup, FA3's order and ping-pong),
+                                 // 4 (the same tiles, serial loop), 0 (64-key tiles, serial
+                                 // loop), 1 (pipelined consumers), 2 (also 128-key tiles,
+                                 // producer warpgroup), 3 (ping-pong), 9 / 10
                                  // (4 / 5 in 2-CTA clusters sharing tiles by multicast), or
                                  // 11 / 12 (4 / 5 in persistent CTAs)
   std::vector<ReqShape> reqs;
@@ -222,7 +223,7 @@ std::vector<GpuCase> all_cases() {
         g.flash_tma = false;
         add(g, "cp_async_" + t.name);
       }
-      // The other consumer loops (TRIPATH_FLASH_OVERLAP=0 to 3 and 5) on the same cases (they apply
+      // The other consumer loops (TRIPATH_FLASH_OVERLAP=0 to 4) on the same cases (they apply
       // to head dims <= 128; the others check that they are ignored there), plus long prompts
       // with odd and even tile counts.
       c = base;
@@ -233,15 +234,15 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {0, 1, 2, 3, 5, 9, 10, 11, 12}) {
+      for (int mode : {0, 1, 2, 3, 4, 9, 10, 11, 12}) {
         for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
           const char* prefix[] = {"serial_",
                                   "overlap_",
                                   "wide_",
                                   "pingpong_",
+                                  "wide_serial_",
                                   "",
-                                  "wide_pingpong_",
                                   "",
                                   "",
                                   "",
@@ -275,13 +276,13 @@ std::vector<GpuCase> all_cases() {
         t.name = prefix + "cp_async";
         add(t, t.name);
       }
-      // TRIPATH_FLASH_TMA=2 (each producer warp issues a share of a tile's boxes) on the same
-      // cases, with the default loop and the wide ping-pong.
-      for (int mode : {4, 5}) {
+      // TRIPATH_FLASH_TMA=1 (the first producer warp issues all of a tile's boxes) on the same
+      // cases, with the default loop and the serial one.
+      for (int mode : {5, 4}) {
         for (GpuCase t : tma) {
-          t.tma_all_warps = true;
+          t.tma_all_warps = false;
           t.flash_overlap = mode;
-          add(t, std::string(mode == 4 ? "tma_all_warps_" : "tma_all_warps_pingpong_") + t.name);
+          add(t, std::string(mode == 5 ? "tma_one_warp_" : "tma_one_warp_serial_") + t.name);
         }
       }
       // The persistent modes (=11, =12: one CTA per SM looping over items, the stage ring and

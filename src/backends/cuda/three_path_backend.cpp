@@ -64,19 +64,24 @@ void longest_first(std::vector<UnifiedWorkItem>& items, size_t begin, const Step
 class ThreePathBackend final : public CudaAttentionBackend {
  public:
   // Kernel variants, read once, at creation (read_variant: unset or empty takes the default).
-  //   TRIPATH_FLASH_TMA (default 1): the flash kernel loads K/V tiles with TMA box copies;
-  //     0: with cp.async gathers (measured slower: 15.8 vs 11.8 ms on prefill-8k, H200);
-  //     2: the box copies of a tile issued by every producer warp, not the first one only.
-  //   TRIPATH_FLASH_OVERLAP (default 4): 128-key tiles and a producer warpgroup that hands
-  //     its registers to the consumers, serial consumer loop (measured 10.3 vs 11.85 ms for
-  //     =0, 64-key tiles); =1: its consumers pipeline S(j + 1), P V(j) and softmax in FA3's
-  //     order; =2: the same with 128-key tiles; =3: =1 with the two consumer warpgroups taking
-  //     turns at the tensor cores (FA3's ping-pong); =5: =2 with =3's turns; =6 / =7: timing
+  //   TRIPATH_FLASH_TMA (default 2): the flash kernel loads K/V tiles with TMA box copies,
+  //     every producer warp issuing a share of each tile's boxes (H200, block size 16: the
+  //     loads alone 5.2 -> 3.65 ms on prefill-8k); 1: all issued by the first producer warp;
+  //     0: cp.async gathers (measured slower: 15.8 vs 11.8 ms on prefill-8k).
+  //   TRIPATH_FLASH_OVERLAP (default 5): 128-key tiles, a producer warpgroup that hands its
+  //     registers to the consumers, FA3's consumer order (S(j + 1) and P V(j) back to back,
+  //     softmax(j + 1) under P V(j)) and ping-pong between the two consumer warpgroups (with
+  //     TMA=2: prefill-8k 8.28 against =4's 8.80 ms, mixed 4.86 against 5.35); =4: the same
+  //     tiles with the serial consumer loop (the default up to run h3: 10.3 vs 11.85 ms for
+  //     =0, 64-key tiles); =1: FA3's order on 64-key tiles; =2: on 128-key tiles; =3: =1 with
+  //     the two consumer warpgroups taking turns at the tensor cores; =6 / =7: timing
   //     probes of =4 on TMA loads, its math alone / its loads alone (outputs meaningless); =8:
   //     =5's math alone; =9 / =10: =4 / =5 in 2-CTA clusters whose CTAs share each K/V tile
   //     they both read (TMA multicast: one L2 read for two items; measured slower, 9.65 /
   //     9.13 against 8.63 ms on prefill-8k); =11 / =12: =4 / =5 in persistent CTAs (one per
-  //     SM, each looping over the items; the next item's loads run under the last tile).
+  //     SM, each looping over the items in a static snake order; the next item's loads run
+  //     under the last tile: measured slower, prefill-8k 9.13 / 9.21 against 8.93 ms and the
+  //     mixed step 5.81 / 6.00 against 5.34, uneven items on a static schedule).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic

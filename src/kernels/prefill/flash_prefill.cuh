@@ -16,16 +16,17 @@
 //       O += P V: wgmma with P straight from the S registers (the accumulator layout is the A
 //       operand layout) and V MN-major from shared memory.
 //     Other consumer modes (FlashConsumerMode, three_path's TRIPATH_FLASH_OVERLAP):
-//     kWideSerial (=4, three_path's default for head dims <= 128: 10.3 against 11.85 ms on
-//     prefill-8k, H200), this loop on 128-key tiles with a producer warpgroup that hands its
-//     registers to the consumers (setmaxnreg). Opt-in, each measured slower than this loop:
-//     kOverlap (=1), FA3's order inside a warpgroup, S(j + 1) and P V(j) issued back to back
-//     and softmax(j + 1) under P V(j); kWide (=2), the same on kWideSerial's shape; kPingPong
-//     (=3), kOverlap with the two warpgroups taking turns at issuing; kWidePingPong (=5),
-//     kPingPong on kWide's shape (FA3's whole configuration at head dim 128; not yet measured).
+//     kWideSerial (=4), this loop on 128-key tiles with a producer warpgroup that hands its
+//     registers to the consumers (setmaxnreg); kOverlap (=1), FA3's order inside a warpgroup,
+//     S(j + 1) and P V(j) issued back to back and softmax(j + 1) under P V(j); kWide (=2), the
+//     same on kWideSerial's shape; kPingPong (=3), kOverlap with the two warpgroups taking
+//     turns at issuing; kWidePingPong (=5, three_path's default for head dims <= 128: FA3's
+//     whole configuration at head dim 128; H200 prefill-8k 8.28 ms against kWideSerial's 8.80
+//     once the loads were spread over the producer warps, run h3).
 // K/V loads: with tensor maps (kTma; three_path's default, TRIPATH_FLASH_TMA=0 turns it off)
-// the first producer warp issues a TMA box copy per (cache block, 64-wide panel) for every tile
-// of whole keys, a lane per block; on the tiled layout the copy lands already swizzled, since
+// the producer warps issue a TMA box copy per (cache block, 64-wide panel) for every tile of
+// whole keys, a lane per block, each warp a share of the panels (maps.all_warps_issue; else
+// the first warp issues them all); on the tiled layout the copy lands already swizzled, since
 // its 16-byte chunks are XORed by slot in memory. Without maps, and for the last tile of an
 // item, the producer threads gather the tile with cp.async (one block-table lookup per key).
 // Any consumer mode takes either.

@@ -31,7 +31,7 @@ struct GatherBlock {
 struct GatherContextParams {
   const void* k_cache;  // the paged cache (layout `layout`, `block_size`-token blocks)
   const void* v_cache;
-  void* k_out;          // the workspace: the same layout and dtype, kGatherBlockSize-token blocks
+  void* k_out;  // the workspace: the same layout and dtype, kGatherBlockSize-token blocks
   void* v_out;
   const int32_t* block_table;  // [num_requests, max_blocks_per_request] of the paged cache
   const GatherBlock* blocks;   // [num_blocks]

@@ -32,9 +32,10 @@ struct FlashTensorMaps {
 // kOverlap (FA3's order inside a warpgroup), kWide (kOverlap with 128-key tiles and a producer
 // warpgroup that hands its registers to the consumers), kPingPong (kOverlap with the two consumer
 // warpgroups taking turns at the tensor cores), kWideSerial (kWide's tiles and producer
-// warpgroup with the serial loop: FA3's 128-key tile shape without its order; three_path's
-// default, the fastest measured), kWidePingPong (kWide with kPingPong's turns: FA3's whole
-// configuration for head dim 128). All but kSerial apply to head dims <= 128 (q/k = v dims).
+// warpgroup with the serial loop: FA3's 128-key tile shape without its order), kWidePingPong
+// (kWide with kPingPong's turns: FA3's whole configuration for head dim 128; three_path's
+// default, the fastest measured with the loads spread over the producer warps). All but
+// kSerial apply to head dims <= 128 (q/k = v dims).
 enum class FlashConsumerMode : int {
   kSerial = 0,
   kOverlap = 1,

@@ -48,6 +48,16 @@ __device__ __forceinline__ void cp_async_16_l2_128(void* smem, const void* gmem,
 __device__ __forceinline__ bool warp_rescale_is_identity(float alpha0, float alpha1) {
   return __all_sync(0xffffffffu, alpha0 == 1.0f && alpha1 == 1.0f);
 }
+// An attention sink is one more part with output 0 and LSE = its logit: folds it into a row's
+// natural-log `lse` and the `scale` of its normalized output. A row with no keys and a -inf
+// sink keeps 0 and -inf (as the reference's merge), never NaN.
+__device__ __forceinline__ void fold_sink(float sink, float& lse, float& scale) {
+  const float mx = fmaxf(lse, sink);
+  if (mx == -INFINITY) return;
+  const float merged = mx + logf(expf(lse - mx) + expf(sink - mx));
+  scale *= expf(lse - merged);
+  lse = merged;
+}
 // Programmatic dependent launch (sm_90; see launch_kernel.h): a kernel launched as a
 // programmatic dependent may start while the kernel before it in the stream is still running.
 // pdl_wait() returns once that kernel has completed and its writes are visible (at once after a

@@ -410,13 +410,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads,
       if (d == 0) p.partial_lse[prow] = lse;
       continue;
     }
-    if (p.sinks != nullptr) {  // the sink: one more part with output 0 and LSE = its logit
-      const float sink = p.sinks[head];
-      const float smx = fmaxf(lse, sink);
-      const float merged = smx + logf(expf(lse - smx) + expf(sink - smx));
-      scale *= expf(lse - merged);
-      lse = merged;
-    }
+    if (p.sinks != nullptr) fold_sink(p.sinks[head], lse, scale);
     uint2 packed;
     packed.x = pack2<T>(ov.x * scale, ov.y * scale);
     packed.y = pack2<T>(ov.z * scale, ov.w * scale);

@@ -130,15 +130,7 @@ __global__ void __launch_bounds__(kThreads)
     // Natural-log LSE of the keys, then the sink as one more part with output 0.
     float lse = l > 0.0f ? (m + log2f(l)) * kLn2 : -INFINITY;
     float factor = l > 0.0f ? p.v_scale / l : 0.0f;
-    if (p.sinks != nullptr) {
-      const float sink = p.sinks[h];
-      const float mx = fmaxf(lse, sink);
-      if (mx != -INFINITY) {
-        const float merged = mx + logf(expf(lse - mx) + expf(sink - mx));
-        factor *= expf(lse - merged);
-        lse = merged;
-      }
-    }
+    if (p.sinks != nullptr) fold_sink(p.sinks[h], lse, factor);
     if (owns_d) {
       T* out = static_cast<T*>(p.out) + row * D + d0;
       out[0] = from_float<T>(acc0 * factor);

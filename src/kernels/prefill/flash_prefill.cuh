@@ -631,13 +631,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
         if (lane % 4 == 0) p.partial_lse[prow] = lse;
         continue;
       }
-      if (p.sinks != nullptr) {  // the sink: one more part with output 0 and LSE = its logit
-        const float sink = p.sinks[head];
-        const float mx = fmaxf(lse, sink);
-        const float merged = mx + logf(expf(lse - mx) + expf(sink - mx));
-        factor *= expf(lse - merged);
-        lse = merged;
-      }
+      if (p.sinks != nullptr) fold_sink(p.sinks[head], lse, factor);
       T* dst = static_cast<T*>(p.out) + row * DV + (lane % 4) * 2;
 #pragma unroll
       for (int dn = 0; dn < DV / 8; ++dn) {

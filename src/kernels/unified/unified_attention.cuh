@@ -321,13 +321,7 @@ __global__ void __launch_bounds__(128)
       if (d == 0) p.partial_lse[prow] = lse;
       return;
     }
-    if (p.sinks != nullptr) {  // the sink: one more part with output 0 and LSE = its logit
-      const float sink = p.sinks[head];
-      const float mx = fmaxf(lse, sink);
-      const float merged = mx + logf(expf(lse - mx) + expf(sink - mx));
-      value *= expf(lse - merged);
-      lse = merged;
-    }
+    if (p.sinks != nullptr) fold_sink(p.sinks[head], lse, value);
     static_cast<T*>(p.out)[row * DV + d] = from_float<T>(value);
     if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
   };

@@ -679,10 +679,16 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
                                      stream, p, maps != nullptr ? *maps : FlashTensorMaps{});
   };
   // One consumer mode, with or without tensor maps.
-  auto launch_mode = [&](auto mode_constant, auto cfg) {
+  // `persistent_constant` (std::bool_constant): the kernel's kPersistent form.
+  auto launch_mode_as = [&](auto mode_constant, auto cfg, auto persistent_constant) {
     constexpr FlashConsumerMode kMode = decltype(mode_constant)::value;
-    if (maps != nullptr) return launch(flash_prefill_kernel<D, DV, T, true, kMode>, cfg);
-    return launch(flash_prefill_kernel<D, DV, T, false, kMode>, cfg);
+    constexpr bool kPersistent = decltype(persistent_constant)::value;
+    if (maps != nullptr)
+      return launch(flash_prefill_kernel<D, DV, T, true, kMode, kPersistent>, cfg, 1, kPersistent);
+    return launch(flash_prefill_kernel<D, DV, T, false, kMode, kPersistent>, cfg, 1, kPersistent);
+  };
+  auto launch_mode = [&](auto mode_constant, auto cfg) {
+    return launch_mode_as(mode_constant, cfg, std::false_type{});
   };
   using M = FlashConsumerMode;
   using Base = FlashPrefillConfig<D, DV>;
@@ -707,18 +713,13 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
                          FlashPrefillConfig<D, DV, true>{});
     }
     // The persistent forms of kWideSerial / kWidePingPong (with or without tensor maps).
-    auto persistent = [&](auto mode_constant) {
-      constexpr FlashConsumerMode kMode = decltype(mode_constant)::value;
-      const FlashPrefillConfig<D, DV, true> cfg;
-      if (maps != nullptr)
-        return launch(flash_prefill_kernel<D, DV, T, true, kMode, true>, cfg, 1, true);
-      return launch(flash_prefill_kernel<D, DV, T, false, kMode, true>, cfg, 1, true);
-    };
     if (mode == M::kWideSerialPersistent) {
-      return persistent(std::integral_constant<M, M::kWideSerial>{});
+      return launch_mode_as(std::integral_constant<M, M::kWideSerial>{},
+                            FlashPrefillConfig<D, DV, true>{}, std::true_type{});
     }
     if (mode == M::kWidePingPongPersistent) {
-      return persistent(std::integral_constant<M, M::kWidePingPong>{});
+      return launch_mode_as(std::integral_constant<M, M::kWidePingPong>{},
+                            FlashPrefillConfig<D, DV, true>{}, std::true_type{});
     }
     // The probes and the cluster modes, on TMA loads only: without maps a cluster mode runs its
     // plain mode, a probe the default below.

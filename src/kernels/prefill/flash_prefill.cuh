@@ -6,8 +6,9 @@
 // from the paged cache. Warp-specialized:
 //   - two producer warps gather Q once and K/V tiles (kN keys) through cp.async into the
 //     128-byte swizzled layout wgmma reads (64-element panels, 8-row groups 1024 bytes apart),
-//     up to 4 stages ahead; each stage's mbarrier fires when its copies land, and the
-//     producers wait for the consumers to release a stage before refilling it;
+//     up to 4 stages ahead; K and V have their own barriers per stage, the first half of the
+//     producer threads loading K and the second V (FA3's split pipelines): S(j) waits for K(j)
+//     alone and K(j)'s stage is refilled once S(j) is done, while P V(j) still reads V(j);
 //   - two consumer warpgroups, 64 rows each, run independently (no block-wide barrier in the
 //     loop), so one's softmax overlaps the other's tensor-core work:
 //       S = Q K^T: wgmma m64 x kN, both operands in shared memory (K-major);
@@ -80,9 +81,9 @@ struct FlashPrefillConfig {
   static constexpr int kStages = kStagesFit < 4 ? kStagesFit : 4;
   static_assert(kStages >= 2, "flash prefill: tiles do not fit shared memory");
   static constexpr uint32_t kBytesTiles = kBytesQ + kStages * (kBytesK + kBytesV);
-  // + 1024: tiles start on a 1024-byte boundary (the swizzle period); then the mbarriers (full
-  // and empty per stage, Q full, Q empty).
-  static constexpr size_t kSmemBytes = 1024 + kBytesTiles + 8 * (2 * kStages + 2);
+  // + 1024: tiles start on a 1024-byte boundary (the swizzle period); then the mbarriers (K full,
+  // V full, K empty, V empty per stage; Q full, Q empty).
+  static constexpr size_t kSmemBytes = 1024 + kBytesTiles + 8 * (4 * kStages + 2);
 };
 
 // kPersistent: at most one CTA per SM, each running the items blockIdx.x + n * gridDim.x in a
@@ -126,9 +127,13 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
   unsigned char* sQ = smem_raw + pad;
   unsigned char* sK = sQ + Cfg::kBytesQ;
   unsigned char* sV = sK + kStages * Cfg::kBytesK;
-  uint64_t* full = reinterpret_cast<uint64_t*>(sQ + Cfg::kBytesTiles);  // [kStages]
-  uint64_t* empty = full + kStages;                                     // [kStages]
-  uint64_t* q_full = empty + kStages;
+  // K and V have their own barriers per stage (FA3's split pipelines): S(j) waits for K(j)
+  // only, and K(j)'s stage is refilled once S(j) is done, while P V(j) still reads V(j).
+  uint64_t* k_full = reinterpret_cast<uint64_t*>(sQ + Cfg::kBytesTiles);  // [kStages]
+  uint64_t* v_full = k_full + kStages;                                    // [kStages]
+  uint64_t* k_empty = v_full + kStages;                                   // [kStages]
+  uint64_t* v_empty = k_empty + kStages;                                  // [kStages]
+  uint64_t* q_full = v_empty + kStages;
   uint64_t* q_empty = q_full + 1;  // kPersistent: the consumers are done reading Q
   const uint32_t aQ = raw_addr + pad;
   const uint32_t aK = aQ + Cfg::kBytesQ;
@@ -198,10 +203,14 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
 
   if (tid == 0) {
     for (int st = 0; st < kStages; ++st) {
-      mbarrier::init(&full[st], Cfg::kProducerThreads);
+      // A full barrier counts the threads of its producer half (K: the first, V: the second).
+      mbarrier::init(&k_full[st], Cfg::kProducerThreads / 2);
+      mbarrier::init(&v_full[st], Cfg::kProducerThreads / 2);
       // kCluster: per consumer warp, one arrival for this CTA and one for the pair's shared
       // tiles (from the peer's warp) or again its own (a tile this CTA loads alone).
-      mbarrier::init(&empty[st], kCluster ? 2 * Cfg::kConsumerThreads / 32 : Cfg::kConsumerThreads);
+      const int consumers = kCluster ? 2 * Cfg::kConsumerThreads / 32 : Cfg::kConsumerThreads;
+      mbarrier::init(&k_empty[st], consumers);
+      mbarrier::init(&v_empty[st], consumers);
     }
     mbarrier::init(q_full, Cfg::kProducerThreads);
     mbarrier::init(q_empty, Cfg::kConsumerThreads);
@@ -221,12 +230,12 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     // rpt.
     const int pt = tid - Cfg::kConsumerThreads;
     constexpr int kChunksQ = D / 8;
-    // K/V: each thread owns one key of the tile (two threads per key for 32-key tiles) and
-    // looks its block up once per tile; K rows hold D elements and V rows DV. (Measured: one
-    // lookup per 16-byte chunk with warps reading whole rows was slower, 43 vs 30 ms on
-    // prefill-8k: the producers' dependent table loads, not the sectors, set the pace.)
-    constexpr int kThreadsPerKey = Cfg::kProducerThreads / kN;
-    const int key = pt / kThreadsPerKey, part = pt % kThreadsPerKey;
+    // K/V: the first half of the producer threads loads the K tiles, the second half the V
+    // tiles, each half on its own barriers, so K can run up to a ring ahead of V.
+    constexpr int kHalf = Cfg::kProducerThreads / 2;
+    static_assert(kN % kHalf == 0, "producer half: whole keys per thread");
+    const bool is_v = pt >= kHalf;
+    const int ht = pt - (is_v ? kHalf : 0);  // thread in the half
     int g = 0;  // tiles this CTA put in the ring for its items before the current one
     for (int n = 0;; ++n) {
       if (n > 0) {  // kPersistent: the next item, once the consumers are done with Q
@@ -245,66 +254,56 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       }
       mbarrier::arrive_on_cp_async(q_full);
 
-      const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
-      for (int j = 0; j < num_tiles; ++j) {
-        const int gj = g + j, st = gj % kStages;
-        if (gj >= kStages) mbarrier::wait(&empty[st], ((gj / kStages) - 1) & 1);
-        if (kMathOnly && j >= kStages) {  // probe: the stage keeps its old tile
-          mbarrier::arrive(&full[st]);
-          continue;
-        }
-        const int tile_start = tile0 + j * kN;
-        unsigned char* dk = sK + st * Cfg::kBytesK;
-        unsigned char* dv = sV + st * Cfg::kBytesV;
-        if constexpr (kTma) {
-          // A tile of whole blocks below key_hi: box copies per (block, 64-wide panel), the
-          // stage's barrier counting the bytes. The last tile (keys past key_hi, whose slots may
-          // hold anything, even NaN) takes the cp.async path below, which zero-fills them.
-          if (tma_tile(j)) {
-            // The first producer warp: lane 0 posts the stage's bytes, then each lane looks up
-            // and copies its own boxes, so a tile's block-table reads (8 at 128 keys, block 16)
-            // go out together instead of one dependent L2 round trip per box from one thread.
-            // Lane pt copies the box rows [pt * rows, pt * rows + rows): one cache block
-            // (maps.rows >= 8, so a lane has at most one per tile). (Reading it a tile ahead,
-            // before the wait for the stage, measured no change: 8.84 ms, run g2.)
-            // maps.all_warps_issue: every producer warp takes the columns (K panels, then V
-            // panels) c with c % warps == its index, and its lane 0 posts their bytes.
-            constexpr int kWarps = Cfg::kProducerThreads / 32;
-            constexpr int kColumns = D / 64 + DV / 64;
-            if (!kCluster && maps.all_warps_issue) {
-              const int w = pt / 32, lane_p = pt % 32;
+      // One half's tiles of the item (kV: the V half), its barriers and row length fixed at
+      // compile time.
+      auto load_tiles = [&](auto v_constant) {
+        constexpr bool kV = decltype(v_constant)::value;
+        uint64_t* h_full = kV ? v_full : k_full;
+        uint64_t* h_empty = kV ? v_empty : k_empty;
+        constexpr int h_dim = kV ? DV : D;  // this half's row length
+        const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+        for (int j = 0; j < num_tiles; ++j) {
+          const int gj = g + j, st = gj % kStages;
+          if (gj >= kStages) mbarrier::wait(&h_empty[st], ((gj / kStages) - 1) & 1);
+          if (kMathOnly && j >= kStages) {  // probe: the stage keeps its old tile
+            mbarrier::arrive(&h_full[st]);
+            continue;
+          }
+          const int tile_start = tile0 + j * kN;
+          unsigned char* dst = kV ? sV + st * Cfg::kBytesV : sK + st * Cfg::kBytesK;
+          if constexpr (kTma) {
+            // A tile of whole blocks below key_hi: box copies per (block, 64-wide panel), the
+            // half's barrier counting the bytes. The last tile (keys past key_hi, whose slots may
+            // hold anything, even NaN) takes the cp.async path below, which zero-fills them.
+            if (tma_tile(j)) {
+              // Lane l of an issuing warp copies the box rows [l * rows, l * rows + rows): one
+              // cache block (maps.rows >= 8, so a lane has at most one per tile), so a tile's
+              // block-table reads go out together instead of one dependent L2 round trip per box.
+              // maps.all_warps_issue: every warp of the half takes the half's 64-wide panels c with
+              // c % warps == its index, its lane 0 posting their bytes; else the half's first warp
+              // issues them all. kCluster: for a tile both CTAs read, rank 0 copies K and rank 1 V
+              // into both (multicast); each CTA's half still posts its bytes.
+              constexpr int kHalfWarps = kHalf / 32;
+              constexpr int panels = h_dim / 64;
+              const CUtensorMap* map = kV ? &maps.v : &maps.k;
+              const bool spread = !kCluster && maps.all_warps_issue;
+              const int w = ht / 32, lane_p = ht % 32;
+              const bool shared_tile = kCluster && j < n_shared;
+              const bool issues = shared_tile ? (rank == (kV ? 1u : 0u)) : true;
+              const int step = spread ? kHalfWarps : 1;
+              const int mine =
+                  spread ? (panels - w + kHalfWarps - 1) / kHalfWarps : (w == 0 ? panels : 0);
               if (lane_p == 0) {
-                const int mine = (kColumns - w + kWarps - 1) / kWarps;  // columns w, w + warps..
-                mbarrier::arrive_expect_tx(&full[st], uint32_t(mine) * kN * 128);
+                if (mine > 0) {
+                  mbarrier::arrive_expect_tx(&h_full[st], uint32_t(mine) * kN * 128);
+                } else {
+                  mbarrier::arrive(&h_full[st]);
+                }
               }
               __syncwarp();
               const int r0 = lane_p * maps.rows;
-              if (r0 < kN && w < kColumns) {
+              if (issues && mine > 0 && r0 < kN) {
                 const bool nhd = p.layout == kLayoutNHD;
-                const int kabs = tile_start + r0;
-                const int block = table[kabs >> p.log2_block_size];
-                const int slot = kabs & (p.block_size - 1);
-                const int c1 = nhd ? it.kv_head : slot;
-                const int c2 =
-                    nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
-#pragma unroll
-                for (int c = w; c < kColumns; c += kWarps) {
-                  if (c < D / 64) {
-                    tma::load_3d(dk + c * kN * 128 + r0 * 128, &maps.k, c * 64, c1, c2, &full[st]);
-                  } else {
-                    const int pv = c - D / 64;
-                    tma::load_3d(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2,
-                                 &full[st]);
-                  }
-                }
-              }
-              if (lane_p != 0) mbarrier::arrive(&full[st]);
-            } else if (pt < 32) {
-              if (pt == 0) mbarrier::arrive_expect_tx(&full[st], Cfg::kBytesK + Cfg::kBytesV);
-              __syncwarp();
-              const bool nhd = p.layout == kLayoutNHD;
-              const int r0 = pt * maps.rows;
-              if (r0 < kN) {
                 const int kabs = tile_start + r0;
                 const int block = table[kabs >> p.log2_block_size];
                 const int slot = kabs & (p.block_size - 1);
@@ -313,55 +312,50 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
                 const int c1 = nhd ? it.kv_head : slot;
                 const int c2 =
                     nhd ? block * p.block_size + slot : block * p.num_kv_heads + it.kv_head;
-                if (kCluster && j < n_shared) {  // this CTA's half, into both CTAs
-                  if (rank == 0) {
 #pragma unroll
-                    for (int pk = 0; pk < D / 64; ++pk)
-                      tma::load_3d_multicast(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1,
-                                             c2, &full[st], 0x3);
+                for (int c = w; c < panels; c += step) {
+                  if (shared_tile) {
+                    tma::load_3d_multicast(dst + c * kN * 128 + r0 * 128, map, c * 64, c1, c2,
+                                           &h_full[st], 0x3);
                   } else {
-#pragma unroll
-                    for (int pv = 0; pv < DV / 64; ++pv)
-                      tma::load_3d_multicast(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1,
-                                             c2, &full[st], 0x3);
+                    tma::load_3d(dst + c * kN * 128 + r0 * 128, map, c * 64, c1, c2, &h_full[st]);
                   }
-                } else {
-#pragma unroll
-                  for (int pk = 0; pk < D / 64; ++pk)
-                    tma::load_3d(dk + pk * kN * 128 + r0 * 128, &maps.k, pk * 64, c1, c2,
-                                 &full[st]);
-#pragma unroll
-                  for (int pv = 0; pv < DV / 64; ++pv)
-                    tma::load_3d(dv + pv * kN * 128 + r0 * 128, &maps.v, pv * 64, c1, c2,
-                                 &full[st]);
                 }
               }
-              if (pt != 0) mbarrier::arrive(&full[st]);
-            } else {
-              mbarrier::arrive(&full[st]);
+              if (lane_p != 0) mbarrier::arrive(&h_full[st]);
+              continue;
             }
-            continue;
           }
-        }
-        const int kabs = tile_start + key;
-        const bool valid = kabs < key_hi;
-        const int64_t block = valid ? table[kabs >> p.log2_block_size] : 0;
-        const int slot = kabs & (p.block_size - 1);
+          // cp.async: each thread of the half copies whole rows of kN / kHalf keys (their block
+          // lookups first, so they go out together).
+          constexpr int kKeysPer = kN / kHalf;
+          const T* cache = static_cast<const T*>(kV ? p.v_cache : p.k_cache);
+          int64_t block[kKeysPer];
+#pragma unroll
+          for (int u = 0; u < kKeysPer; ++u) {
+            const int kabs = tile_start + ht + u * kHalf;
+            block[u] = kabs < key_hi ? table[kabs >> p.log2_block_size] : 0;
+          }
+#pragma unroll
+          for (int u = 0; u < kKeysPer; ++u) {
+            const int key = ht + u * kHalf, kabs = tile_start + key;
+            const bool valid = kabs < key_hi;
+            const int slot = kabs & (p.block_size - 1);
 #pragma unroll 4
-        for (int c = part; c < D / 8; c += kThreadsPerKey) {
-          const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
-                                                      p.block_size, p.num_kv_heads, D, 8)
-                                    : 0;
-          cp_async_16(dk + sw128_offset(key, c, kN), static_cast<const T*>(p.k_cache) + off, valid);
+            for (int c = 0; c < h_dim / 8; ++c) {
+              const int64_t off = valid ? kv_chunk_offset(p.layout, block[u], slot, it.kv_head, c,
+                                                          p.block_size, p.num_kv_heads, h_dim, 8)
+                                        : 0;
+              cp_async_16(dst + sw128_offset(key, c, kN), cache + off, valid);
+            }
+          }
+          mbarrier::arrive_on_cp_async(&h_full[st]);
         }
-#pragma unroll 4
-        for (int c = part; c < DV / 8; c += kThreadsPerKey) {
-          const int64_t off = valid ? kv_chunk_offset(p.layout, block, slot, it.kv_head, c,
-                                                      p.block_size, p.num_kv_heads, DV, 8)
-                                    : 0;
-          cp_async_16(dv + sw128_offset(key, c, kN), static_cast<const T*>(p.v_cache) + off, valid);
-        }
-        mbarrier::arrive_on_cp_async(&full[st]);
+      };
+      if (is_v) {
+        load_tiles(std::true_type{});
+      } else {
+        load_tiles(std::false_type{});
       }
       g += num_tiles;
       if (!kPersistent) break;
@@ -472,32 +466,38 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     }
     wgmma::commit();
   };
-  auto wait_stage = [&](int j) {
-    mbarrier::wait(&full[stage(j)], ((g + j) / kStages) & 1);
+  // Waits for tile j's K (`bars` = k_full) or V (v_full) in its stage.
+  auto wait_tile = [&](uint64_t* bars, int j) {
+    mbarrier::wait(&bars[stage(j)], ((g + j) / kStages) & 1);
     // cp.async copies are generic-proxy writes that wgmma (async proxy) must be fenced from; a
     // TMA tile is async-proxy already, and its barrier's completion makes it visible (the fence
     // costs a MEMBAR.ALL.CTA per tile).
     if (!tma_tile(j)) wgmma::fence_proxy_async();
   };
+  auto wait_k = [&](int j) { wait_tile(k_full, j); };
+  auto wait_v = [&](int j) { wait_tile(v_full, j); };
 
-  // This warpgroup is done with tile j's stage. kCluster: a warp-level arrival on this CTA's
-  // barrier and one on the peer's for a shared tile (the peer's multicast may refill this
-  // stage only when both CTAs are done with it), else a second one on its own.
-  auto release = [&](int j) {
+  // This warpgroup is done with tile j's K (`bars` = k_empty) or V (v_empty). kCluster: a
+  // warp-level arrival on this CTA's barrier and one on the peer's for a shared tile (the peer's
+  // multicast may refill the stage only when both CTAs are done with it), else a second one on
+  // its own.
+  auto release_tile = [&](uint64_t* bars, int j) {
     if constexpr (kCluster) {
       __syncwarp();
-      if (lane == 0) mbarrier::arrive(&empty[stage(j)]);
+      if (lane == 0) mbarrier::arrive(&bars[stage(j)]);
       if (lane == 1) {
         if (j < n_shared) {
-          cluster::arrive_remote(&empty[stage(j)], rank ^ 1u);
+          cluster::arrive_remote(&bars[stage(j)], rank ^ 1u);
         } else {
-          mbarrier::arrive(&empty[stage(j)]);
+          mbarrier::arrive(&bars[stage(j)]);
         }
       }
     } else {
-      mbarrier::arrive(&empty[stage(j)]);
+      mbarrier::arrive(&bars[stage(j)]);
     }
   };
+  auto release_k = [&](int j) { release_tile(k_empty, j); };
+  auto release_v = [&](int j) { release_tile(v_empty, j); };
   // kPersistent: this thread's S GEMMs of the item are done with Q (the producer may load the
   // next item's).
   auto release_q = [&] {
@@ -523,24 +523,28 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     if constexpr (!kOverlap) {
       // In series: S, softmax, P V; the other warpgroup fills the tensor cores meanwhile.
       for (int j = 0; j < num_tiles; ++j) {
-        wait_stage(j);
+        wait_k(j);
         if constexpr (kLoadsOnly) {  // probe: release the tile untouched
-          release(j);
+          release_k(j);
+          wait_v(j);
+          release_v(j);
           continue;
         }
         issue_s(stage(j), s);
         wgmma::wait<0>();
         wgmma::fence_operands(s);
+        release_k(j);
         if (j + 1 == num_tiles) release_q();
         scores(j, s, alpha);
         // Once a warp's row maxima settle (most tiles of a long row) alpha is exactly 1 and the
         // 64 multiplies of O change nothing: skipped, warp by warp.
         if (!warp_rescale_is_identity(alpha[0], alpha[1])) rescale_o(alpha);
         pack_p(s);
+        wait_v(j);
         issue_pv(stage(j));
         wgmma::wait<0>();
         wgmma::fence_operands(o);
-        release(j);  // this warpgroup is done with the stage
+        release_v(j);
       }
     } else {
       // Overlapped, in FA3's order: S(j + 1) and P V(j) go to the tensor cores back to back, and
@@ -548,10 +552,11 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       // wgmma in flight (O is rescaled and P repacked only after P V(j) retires), which keeps
       // ptxas from serializing the wgmmas (C7515).
       if (num_tiles > 0) {
-        wait_stage(0);
+        wait_k(0);
         issue_s(stage(0), s);
         wgmma::wait<0>();
         wgmma::fence_operands(s);
+        release_k(0);
         if (num_tiles == 1) release_q();
         scores(0, s, alpha);
         rescale_o(alpha);
@@ -581,26 +586,29 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       // Every tile but the last has a successor; the last is peeled off so the control flow has
       // no `has next` branches for ptxas to pair up wrongly (it serialized the wgmmas then).
       for (int j = 0; j + 1 < num_tiles; ++j) {
-        wait_stage(j + 1);
+        wait_k(j + 1);
+        wait_v(j);
         if constexpr (kPingPong) my_turn();
         issue_s(stage(j + 1), s);
         issue_pv(stage(j));
         if constexpr (kPingPong) other_turn();
         wgmma::wait<1>();  // S(j + 1) has retired; P V(j) may still run
         wgmma::fence_operands(s);
+        release_k(j + 1);
         if (j + 2 == num_tiles) release_q();
         scores(j + 1, s, alpha);
         wgmma::wait<0>();
         wgmma::fence_operands(o);
-        release(j);
+        release_v(j);
         rescale_o(alpha);
         pack_p(s);
       }
       if (num_tiles > 0) {
+        wait_v(num_tiles - 1);
         issue_pv(stage(num_tiles - 1));
         wgmma::wait<0>();
         wgmma::fence_operands(o);
-        release(num_tiles - 1);  // (kPersistent: the next item's tiles reuse the ring)
+        release_v(num_tiles - 1);  // (kPersistent: the next item's tiles reuse the ring)
       }
     }
 

@@ -55,6 +55,14 @@ __device__ __forceinline__ void fence_operands(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+// Keeps the arithmetic that produces `v` ahead of the next wait(): ptxas moves plain arithmetic
+// across a wgmma wait freely, and placed FA3's softmax(j + 1) after the wait for P V(j) instead
+// of under it (H200 profile of the flash kernel, run i3: that wait 7% of all stall samples). A
+// shared-memory store it does not move across the wait, predicated on `v` (never true for the
+// caller's v >= 0, so nothing is written at `smem_addr`), pins v's inputs before it.
+__device__ __forceinline__ void anchor_before_wait(float v, uint32_t smem_addr) {
+  if (v < 0.0f) asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(smem_addr), "f"(v) : "memory");
+}
 
 template <int N, typename T>
 struct Mma;

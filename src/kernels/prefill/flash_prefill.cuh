@@ -597,6 +597,8 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
         release_k(j + 1);
         if (j + 2 == num_tiles) release_q();
         scores(j + 1, s, alpha);
+        // softmax(j + 1) (its row sums l, >= 0, depend on all of it) stays under P V(j).
+        wgmma::anchor_before_wait(l[0] + l[1], aQ);
         wgmma::wait<0>();
         wgmma::fence_operands(o);
         release_v(j);

@@ -401,7 +401,7 @@ TEST(Registry, ReadVariantParsesAndRejects) {
     ScopedEnv on("TRIPATH_PDL", "1");
     EXPECT_EQ(tripath::read_variant("TRIPATH_PDL"), 1);
   }
-  for (int good = 0; good <= 12; ++good) {
+  for (int good = 0; good <= 13; ++good) {
     ScopedEnv env("TRIPATH_FLASH_OVERLAP", std::to_string(good).c_str());
     EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), good);
   }
@@ -411,11 +411,11 @@ TEST(Registry, ReadVariantParsesAndRejects) {
     const char* expected;
   };
   for (const Bad& b :
-       {Bad{"TRIPATH_FLASH_OVERLAP", "13", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 or 12"},
-        Bad{"TRIPATH_FLASH_OVERLAP", "99", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 or 12"},
-        Bad{"TRIPATH_FLASH_OVERLAP", "05", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 or 12"},
-        Bad{"TRIPATH_FLASH_OVERLAP", "-1", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 or 12"},
-        Bad{"TRIPATH_FLASH_OVERLAP", "4x", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 or 12"},
+       {Bad{"TRIPATH_FLASH_OVERLAP", "14", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13"},
+        Bad{"TRIPATH_FLASH_OVERLAP", "99", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13"},
+        Bad{"TRIPATH_FLASH_OVERLAP", "05", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13"},
+        Bad{"TRIPATH_FLASH_OVERLAP", "-1", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13"},
+        Bad{"TRIPATH_FLASH_OVERLAP", "4x", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13"},
         Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0, 1, 2 or 3"},
         Bad{"TRIPATH_MLA_WGMMA", "4", "unset, 0, 1, 2 or 3"},
         Bad{"TRIPATH_FLASH_TMA", "3", "unset, 0, 1 or 2"}, Bad{"TRIPATH_PDL", "2", "unset, 0 or 1"},

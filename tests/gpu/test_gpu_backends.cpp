@@ -234,7 +234,7 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {0, 1, 2, 3, 4, 9, 10, 11, 12}) {
+      for (int mode : {0, 1, 2, 3, 4, 9, 10, 11, 12, 13}) {
         for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
           const char* prefix[] = {"serial_",
@@ -249,7 +249,8 @@ std::vector<GpuCase> all_cases() {
                                   "cluster_",
                                   "cluster_pingpong_",
                                   "persistent_",
-                                  "persistent_pingpong_"};
+                                  "persistent_pingpong_",
+                                  "qreg_pingpong_"};
           add(t, prefix[mode] + t.name);
         }
       }
@@ -571,7 +572,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
     const char* value;
   };
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "3"},
-                      Bad{"TRIPATH_FLASH_OVERLAP", "13"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
+                      Bad{"TRIPATH_FLASH_OVERLAP", "14"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
                       Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}}) {
     ScopedEnv env(b.name, b.value);

@@ -81,7 +81,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     9.13 against 8.63 ms on prefill-8k); =11 / =12: =4 / =5 in persistent CTAs (one per
   //     SM, each looping over the items in a static snake order; the next item's loads run
   //     under the last tile: measured slower, prefill-8k 9.13 / 9.21 against 8.93 ms and the
-  //     mixed step 5.81 / 6.00 against 5.34, uneven items on a static schedule).
+  //     mixed step 5.81 / 6.00 against 5.34, uneven items on a static schedule); =13: =5 with
+  //     Q in registers for S = Q K^T (RS wgmma).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic

@@ -243,8 +243,9 @@ struct Mma<128, bf16> {
           "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }
-  // D += A B with A [64 x 16] in registers (mma.sync fragment layout) and B [16 x 128] in shared
-  // memory, MN-major (the transpose bit set).
+  // D (+)= A B with A [64 x 16] in registers (mma.sync fragment layout) and B [16 x 128] in
+  // shared memory, MN-major (kTransB = 1, the transpose bit set) or K-major (kTransB = 0).
+  template <int kTransB = 1>
   static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4],
                                             uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -256,7 +257,7 @@ struct Mma<128, bf16> {
         "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59,"
         "%60, %61, %62, %63}"
-        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
           "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
           "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
@@ -268,7 +269,8 @@ struct Mma<128, bf16> {
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
           "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
           "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate),
+          "n"(kTransB));
   }
 };
 
@@ -300,8 +302,9 @@ struct Mma<128, fp16> {
           "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
   }
-  // D += A B with A [64 x 16] in registers (mma.sync fragment layout) and B [16 x 128] in shared
-  // memory, MN-major (the transpose bit set).
+  // D (+)= A B with A [64 x 16] in registers (mma.sync fragment layout) and B [16 x 128] in
+  // shared memory, MN-major (kTransB = 1, the transpose bit set) or K-major (kTransB = 0).
+  template <int kTransB = 1>
   static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4],
                                             uint64_t desc_b, int accumulate) {
     asm volatile(
@@ -313,7 +316,7 @@ struct Mma<128, fp16> {
         "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
         "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59,"
         "%60, %61, %62, %63}"
-        ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
           "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
           "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
@@ -325,7 +328,8 @@ struct Mma<128, fp16> {
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
           "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
           "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate),
+          "n"(kTransB));
   }
 };
 

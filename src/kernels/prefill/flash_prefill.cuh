@@ -111,8 +111,10 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
                             kMode != FlashConsumerMode::kWideSerialCluster &&
                             kMode != FlashConsumerMode::kProbeMathOnly && !kLoadsOnly;
   constexpr bool kWide = flash_mode_is_wide(kMode);
+  // kQReg: S = Q K^T with Q in registers (loaded from the Q tile once per item).
+  constexpr bool kQReg = kMode == FlashConsumerMode::kWidePingPongQReg;
   constexpr bool kPingPong = kMode == FlashConsumerMode::kPingPong ||
-                             kMode == FlashConsumerMode::kWidePingPong ||
+                             kMode == FlashConsumerMode::kWidePingPong || kQReg ||
                              kMode == FlashConsumerMode::kWidePingPongCluster ||
                              kMode == FlashConsumerMode::kProbeMathOnlyWidePingPong;
   using Cfg = FlashPrefillConfig<D, DV, kWide>;
@@ -404,15 +406,31 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
   // S = Q K^T of the tile in stage st over D in 16-wide steps: panel ks / 4, 32 bytes per step.
   // fence_operands before each issue pins the accumulators' last plain writes before the wgmma
   // pipeline stage starts.
+  // kQReg: this thread's Q fragments (16-dim steps x 4 registers, the RS A operand layout).
+  uint32_t qa[kQReg ? D / 16 : 1][4];
+  auto load_q_regs = [&] {
+    if constexpr (kQReg) {
+      // ldmatrix x4 per step: lane l gives row warp * 16 + l % 16 of this warpgroup's block and
+      // the 16-byte chunk 2 ks + l / 16, which yields the (rows g, g + 8) x (k, k + 8) fragments.
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks)
+        ldmatrix_x4(qa[ks], sQ + sw128_offset(wg * 64 + warp * 16 + lane % 16, 2 * ks + lane / 16, kM));
+    }
+  };
   auto issue_s = [&](int st, float(&sx)[kN / 2]) {
     const uint32_t kst = aK + st * Cfg::kBytesK;
     wgmma::fence_operands(sx);
     wgmma::fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint64_t da = wgmma::desc_sw128(aQ_wg + (ks / 4) * kM * 128 + (ks % 4) * 32, 16, 1024);
       const uint64_t db = wgmma::desc_sw128(kst + (ks / 4) * kN * 128 + (ks % 4) * 32, 16, 1024);
-      MmaS::ss(sx, da, db, ks > 0);
+      if constexpr (kQReg) {
+        MmaS::template rs<0>(sx, qa[ks], db, ks > 0);
+      } else {
+        const uint64_t da =
+            wgmma::desc_sw128(aQ_wg + (ks / 4) * kM * 128 + (ks % 4) * 32, 16, 1024);
+        MmaS::ss(sx, da, db, ks > 0);
+      }
     }
     wgmma::commit();
   };
@@ -519,6 +537,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     begin_item();
     mbarrier::wait(q_full, n & 1);
     wgmma::fence_proxy_async();  // Q: the producers' cp.async (generic-proxy) writes
+    load_q_regs();
     if (num_tiles == 0) release_q();
     if constexpr (!kOverlap) {
       // In series: S, softmax, P V; the other warpgroup fills the tensor cores meanwhile.
@@ -716,6 +735,10 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
     }
     if (mode == M::kWidePingPong) {
       return launch_mode(std::integral_constant<M, M::kWidePingPong>{},
+                         FlashPrefillConfig<D, DV, true>{});
+    }
+    if (mode == M::kWidePingPongQReg) {
+      return launch_mode(std::integral_constant<M, M::kWidePingPongQReg>{},
                          FlashPrefillConfig<D, DV, true>{});
     }
     if (mode == M::kWideSerial) {

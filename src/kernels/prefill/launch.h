@@ -59,7 +59,10 @@ enum class FlashConsumerMode : int {
   // kWideSerial / kWidePingPong in persistent CTAs: one per SM, each looping over items, the
   // producer loading the next item's Q and tiles under the current item's last tile and output.
   kWideSerialPersistent = 11,
-  kWidePingPongPersistent = 12
+  kWidePingPongPersistent = 12,
+  // kWidePingPong with Q in registers for S = Q K^T (RS wgmma: Q loaded once per item by
+  // ldmatrix; S's shared-memory reads are K alone, 64 instead of 96 bytes per clock).
+  kWidePingPongQReg = 13
 };
 // Modes whose CTAs run in 2-CTA clusters (launched on an even grid).
 constexpr bool flash_mode_is_cluster(FlashConsumerMode m) {
@@ -72,7 +75,8 @@ constexpr bool flash_mode_is_wide(FlashConsumerMode m) {
          m == FlashConsumerMode::kProbeLoadsOnly ||
          m == FlashConsumerMode::kProbeMathOnlyWidePingPong || flash_mode_is_cluster(m) ||
          m == FlashConsumerMode::kWideSerialPersistent ||
-         m == FlashConsumerMode::kWidePingPongPersistent;
+         m == FlashConsumerMode::kWidePingPongPersistent ||
+         m == FlashConsumerMode::kWidePingPongQReg;
 }
 
 template <int D, int DV, typename T>

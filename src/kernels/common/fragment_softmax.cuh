@@ -15,8 +15,11 @@ namespace tripath::kernels {
 // exponent's FMA instead of a multiply per element; 1 when s is already scaled). Updates the
 // running max m (base-2 logits) and sum l of both rows, leaves the probabilities in s and each
 // row's rescale factor for O in alpha. A row with nothing visible yet keeps m = -inf and weight
-// 0 (alpha 0 while it is -inf).
-template <int kN>
+// 0 (alpha 0 while it is -inf). kSlack > 0 (in log2 units): a row keeps its running max unless
+// the tile's exceeds it by more than kSlack (its probabilities then reach up to 2^kSlack, and
+// alpha is exactly 1), so O needs rescaling only on the few tiles that raise a row's max by that
+// much; exact all the same, since O, l and the LSE share whatever reference max the row keeps.
+template <int kN, int kSlack = 0>
 __device__ __forceinline__ void fragment_online_softmax(float (&s)[kN / 2], float (&m)[2],
                                                         float (&l)[2], float (&alpha)[2],
                                                         float scale = 1.0f) {
@@ -28,7 +31,8 @@ __device__ __forceinline__ void fragment_online_softmax(float (&s)[kN / 2], floa
       mx = fmaxf(mx, fmaxf(s[nt * 4 + 2 * i], s[nt * 4 + 2 * i + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    const float m_new = fmaxf(m[i], mx * scale);
+    const float m_new =
+        kSlack > 0 && mx * scale <= m[i] + float(kSlack) ? m[i] : fmaxf(m[i], mx * scale);
     const float base = m_new == -INFINITY ? 0.0f : m_new;
     alpha[i] = fast_exp2(m[i] - base);
     m[i] = m_new;

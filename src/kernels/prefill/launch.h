@@ -61,7 +61,9 @@ enum class FlashConsumerMode : int {
   kWideSerialPersistent = 11,
   kWidePingPongPersistent = 12,
   // kWidePingPong with Q in registers for S = Q K^T (RS wgmma: Q loaded once per item by
-  // ldmatrix; S's shared-memory reads are K alone, 64 instead of 96 bytes per clock).
+  // ldmatrix; S's shared-memory reads are K alone, 64 instead of 96 bytes per clock), and rows
+  // that keep a stale max up to 2^8 below the true one, so O is rescaled only on the tiles that
+  // raise it by more (fewer instructions per tile: the loop runs at the H200's power cap).
   kWidePingPongQReg = 13
 };
 // Modes whose CTAs run in 2-CTA clusters (launched on an even grid).

@@ -23,7 +23,10 @@
 //     same on kWideSerial's shape; kPingPong (=3), kOverlap with the two warpgroups taking
 //     turns at issuing; kWidePingPong (=5, three_path's default for head dims <= 128: FA3's
 //     whole configuration at head dim 128; H200 prefill-8k 8.28 ms against kWideSerial's 8.80
-//     once the loads were spread over the producer warps, run h3).
+//     once the loads were spread over the producer warps, run h3); kWidePingPongQReg (=13),
+//     kWidePingPong with Q in registers for S (RS wgmma) and a stale row max (the loop runs at
+//     the H200's 700 W cap, where fewer shared-memory bytes and instructions per tile pay:
+//     1-6% in run i6).
 // K/V loads: with tensor maps (kTma; three_path's default, TRIPATH_FLASH_TMA=0 turns it off)
 // the producer warps issue a TMA box copy per (cache block, 64-wide panel) for every tile of
 // whole keys, a lane per block, each warp a share of the panels (maps.all_warps_issue; else

@@ -417,7 +417,8 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       // the 16-byte chunk 2 ks + l / 16, which yields the (rows g, g + 8) x (k, k + 8) fragments.
 #pragma unroll
       for (int ks = 0; ks < D / 16; ++ks)
-        ldmatrix_x4(qa[ks], sQ + sw128_offset(wg * 64 + warp * 16 + lane % 16, 2 * ks + lane / 16, kM));
+        ldmatrix_x4(qa[ks],
+                    sQ + sw128_offset(wg * 64 + warp * 16 + lane % 16, 2 * ks + lane / 16, kM));
     }
   };
   auto issue_s = [&](int st, float(&sx)[kN / 2]) {

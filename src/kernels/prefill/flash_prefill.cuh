@@ -698,11 +698,13 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
                                       FlashConsumerMode mode, cudaStream_t stream) {
   static_assert(FlashPrefillConfig<D, DV>::kM == kFlashPrefillRows, "item rows");
   if (p.num_items == 0) return cudaSuccess;
-  // `cluster` > 1: the cluster modes' CTA groups, on a grid padded to a multiple of it (the
-  // padding CTAs have no item). `persistent`: one CTA per SM at most (the kernel's kPersistent
-  // loop over items; one CTA fits an SM).
-  auto launch = [&](auto kernel, auto cfg, unsigned cluster = 1, bool persistent = false) {
-    using Cfg = decltype(cfg);
+  // The kernel of consumer mode kMode (`mode_constant`) runs its mode's shape (the wide modes'
+  // FlashPrefillConfig, as its launch bounds). `cluster` > 1: the cluster modes' CTA groups, on
+  // a grid padded to a multiple of it (the padding CTAs have no item). `persistent`: one CTA per
+  // SM at most (the kernel's kPersistent loop over items; one CTA fits an SM).
+  auto launch = [&](auto kernel, auto mode_constant, unsigned cluster = 1,
+                    bool persistent = false) {
+    using Cfg = FlashPrefillConfig<D, DV, flash_mode_is_wide(decltype(mode_constant)::value)>;
     const size_t smem = Cfg::kSmemBytes;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem));
@@ -720,56 +722,48 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
   };
   // One consumer mode, with or without tensor maps.
   // `persistent_constant` (std::bool_constant): the kernel's kPersistent form.
-  auto launch_mode_as = [&](auto mode_constant, auto cfg, auto persistent_constant) {
+  auto launch_mode_as = [&](auto mode_constant, auto persistent_constant) {
     constexpr FlashConsumerMode kMode = decltype(mode_constant)::value;
     constexpr bool kPersistent = decltype(persistent_constant)::value;
     if (maps != nullptr)
-      return launch(flash_prefill_kernel<D, DV, T, true, kMode, kPersistent>, cfg, 1, kPersistent);
-    return launch(flash_prefill_kernel<D, DV, T, false, kMode, kPersistent>, cfg, 1, kPersistent);
+      return launch(flash_prefill_kernel<D, DV, T, true, kMode, kPersistent>, mode_constant, 1,
+                    kPersistent);
+    return launch(flash_prefill_kernel<D, DV, T, false, kMode, kPersistent>, mode_constant, 1,
+                  kPersistent);
   };
-  auto launch_mode = [&](auto mode_constant, auto cfg) {
-    return launch_mode_as(mode_constant, cfg, std::false_type{});
+  auto launch_mode = [&](auto mode_constant) {
+    return launch_mode_as(mode_constant, std::false_type{});
   };
   using M = FlashConsumerMode;
-  using Base = FlashPrefillConfig<D, DV>;
   // The overlapped loops: built for D = DV <= 128 only (D = 256 already runs out of registers,
   // and MLA's 192 / 128 keeps the measured loop).
   if constexpr (D == DV && D <= 128) {
-    if (mode == M::kOverlap) {
-      return launch_mode(std::integral_constant<M, M::kOverlap>{}, Base{});
-    }
-    if (mode == M::kPingPong) {
-      return launch_mode(std::integral_constant<M, M::kPingPong>{}, Base{});
-    }
-    if (mode == M::kWide) {
-      return launch_mode(std::integral_constant<M, M::kWide>{}, FlashPrefillConfig<D, DV, true>{});
-    }
-    if (mode == M::kWidePingPong) {
-      return launch_mode(std::integral_constant<M, M::kWidePingPong>{},
-                         FlashPrefillConfig<D, DV, true>{});
-    }
-    if (mode == M::kWidePingPongQReg) {
-      return launch_mode(std::integral_constant<M, M::kWidePingPongQReg>{},
-                         FlashPrefillConfig<D, DV, true>{});
-    }
-    if (mode == M::kWideSerial) {
-      return launch_mode(std::integral_constant<M, M::kWideSerial>{},
-                         FlashPrefillConfig<D, DV, true>{});
-    }
-    // The persistent forms of kWideSerial / kWidePingPong (with or without tensor maps).
-    if (mode == M::kWideSerialPersistent) {
-      return launch_mode_as(std::integral_constant<M, M::kWideSerial>{},
-                            FlashPrefillConfig<D, DV, true>{}, std::true_type{});
-    }
-    if (mode == M::kWidePingPongPersistent) {
-      return launch_mode_as(std::integral_constant<M, M::kWidePingPong>{},
-                            FlashPrefillConfig<D, DV, true>{}, std::true_type{});
+    switch (mode) {
+      case M::kOverlap:
+        return launch_mode(std::integral_constant<M, M::kOverlap>{});
+      case M::kPingPong:
+        return launch_mode(std::integral_constant<M, M::kPingPong>{});
+      case M::kWide:
+        return launch_mode(std::integral_constant<M, M::kWide>{});
+      case M::kWidePingPong:
+        return launch_mode(std::integral_constant<M, M::kWidePingPong>{});
+      case M::kWidePingPongQReg:
+        return launch_mode(std::integral_constant<M, M::kWidePingPongQReg>{});
+      case M::kWideSerial:
+        return launch_mode(std::integral_constant<M, M::kWideSerial>{});
+      // The persistent forms of kWideSerial / kWidePingPong (with or without tensor maps).
+      case M::kWideSerialPersistent:
+        return launch_mode_as(std::integral_constant<M, M::kWideSerial>{}, std::true_type{});
+      case M::kWidePingPongPersistent:
+        return launch_mode_as(std::integral_constant<M, M::kWidePingPong>{}, std::true_type{});
+      default:
+        break;
     }
     // The probes and the cluster modes, on TMA loads only: without maps a cluster mode runs its
     // plain mode, a probe the default below.
     auto wide_tma = [&](auto mode_constant, unsigned cluster) {
       return launch(flash_prefill_kernel<D, DV, T, true, decltype(mode_constant)::value>,
-                    FlashPrefillConfig<D, DV, true>{}, cluster);
+                    mode_constant, cluster);
     };
     if (maps != nullptr) {
       if (mode == M::kProbeMathOnly)
@@ -783,16 +777,12 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
       if (mode == M::kWidePingPongCluster)
         return wide_tma(std::integral_constant<M, M::kWidePingPongCluster>{}, 2);
     }
-    if (mode == M::kWideSerialCluster) {
-      return launch_mode(std::integral_constant<M, M::kWideSerial>{},
-                         FlashPrefillConfig<D, DV, true>{});
-    }
-    if (mode == M::kWidePingPongCluster) {
-      return launch_mode(std::integral_constant<M, M::kWidePingPong>{},
-                         FlashPrefillConfig<D, DV, true>{});
-    }
+    if (mode == M::kWideSerialCluster)
+      return launch_mode(std::integral_constant<M, M::kWideSerial>{});
+    if (mode == M::kWidePingPongCluster)
+      return launch_mode(std::integral_constant<M, M::kWidePingPong>{});
   }
-  return launch_mode(std::integral_constant<M, M::kSerial>{}, Base{});
+  return launch_mode(std::integral_constant<M, M::kSerial>{});
 }
 
 }  // namespace tripath::kernels

@@ -23,7 +23,7 @@ std::vector<VariantVariable> variant_variables() {
        "alone of 4, 8 math alone of 5; 9 / 10: 4 / 5 with 2-CTA clusters sharing K/V tiles by "
        "TMA multicast; 11 / 12: 4 / 5 in persistent CTAs (one per SM, looping over items); 13: 5 "
        "with Q in registers for Q K^T",
-       13, 5, ""},
+       13, 13, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
       {"TRIPATH_PDL", "three_path, mla",

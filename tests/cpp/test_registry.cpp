@@ -363,7 +363,7 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
   // The measured-faster kernels are the defaults: TMA loads issued by every producer warp,
   // 128-key flash tiles with FA3's consumer order and ping-pong, and the wgmma MLA decode
   // kernel; programmatic dependent launches off (measured no faster).
-  EXPECT_EQ(defaults, (std::vector<int>{2, 5, 0, 0, 1}));
+  EXPECT_EQ(defaults, (std::vector<int>{2, 13, 0, 0, 1}));
 }
 
 // read_variant, the parser the GPU backends use at creation: unset / empty -> the default, a
@@ -372,11 +372,11 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
 TEST(Registry, ReadVariantParsesAndRejects) {
   {
     ScopedEnv unset("TRIPATH_FLASH_OVERLAP", nullptr);
-    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 5);
+    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 13);
   }
   {
     ScopedEnv empty("TRIPATH_FLASH_OVERLAP", "");
-    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 5);
+    EXPECT_EQ(tripath::read_variant("TRIPATH_FLASH_OVERLAP"), 13);
   }
   struct Default {
     const char* name;

@@ -33,8 +33,9 @@ struct GpuCase {
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
                                  // programmatic dependents)
-  int flash_overlap = 5;         // three_path's TRIPATH_FLASH_OVERLAP: 5 (default: 128-key
-                                 // tiles, producer warpgroup, FA3's order and ping-pong),
+  int flash_overlap = 13;        // three_path's TRIPATH_FLASH_OVERLAP: 13 (default: 128-key
+                                 // tiles, producer warpgroup, FA3's order and ping-pong, Q in
+                                 // registers for S), 5 (the same with Q read from shared memory),
                                  // 4 (the same tiles, serial loop), 0 (64-key tiles, serial
                                  // loop), 1 (pipelined consumers), 2 (also 128-key tiles,
                                  // producer warpgroup), 3 (ping-pong), 9 / 10
@@ -234,7 +235,7 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {0, 1, 2, 3, 4, 9, 10, 11, 12, 13}) {
+      for (int mode : {0, 1, 2, 3, 4, 5, 9, 10, 11, 12}) {
         for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
           const char* prefix[] = {"serial_",
@@ -242,7 +243,7 @@ std::vector<GpuCase> all_cases() {
                                   "wide_",
                                   "pingpong_",
                                   "wide_serial_",
-                                  "",
+                                  "smem_q_pingpong_",
                                   "",
                                   "",
                                   "",
@@ -250,7 +251,7 @@ std::vector<GpuCase> all_cases() {
                                   "cluster_pingpong_",
                                   "persistent_",
                                   "persistent_pingpong_",
-                                  "qreg_pingpong_"};
+                                  ""};
           add(t, prefix[mode] + t.name);
         }
       }
@@ -279,11 +280,11 @@ std::vector<GpuCase> all_cases() {
       }
       // TRIPATH_FLASH_TMA=1 (the first producer warp issues all of a tile's boxes) on the same
       // cases, with the default loop and the serial one.
-      for (int mode : {5, 4}) {
+      for (int mode : {13, 4}) {
         for (GpuCase t : tma) {
           t.tma_all_warps = false;
           t.flash_overlap = mode;
-          add(t, std::string(mode == 5 ? "tma_one_warp_" : "tma_one_warp_serial_") + t.name);
+          add(t, std::string(mode == 13 ? "tma_one_warp_" : "tma_one_warp_serial_") + t.name);
         }
       }
       // The persistent modes (=11, =12: one CTA per SM looping over items, the stage ring and

@@ -68,9 +68,10 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     every producer warp issuing a share of each tile's boxes (H200, block size 16: the
   //     loads alone 5.2 -> 3.65 ms on prefill-8k); 1: all issued by the first producer warp;
   //     0: cp.async gathers (measured slower: 15.8 vs 11.8 ms on prefill-8k).
-  //   TRIPATH_FLASH_OVERLAP (default 5): 128-key tiles, a producer warpgroup that hands its
-  //     registers to the consumers, FA3's consumer order (S(j + 1) and P V(j) back to back,
-  //     softmax(j + 1) under P V(j)) and ping-pong between the two consumer warpgroups (with
+  //   TRIPATH_FLASH_OVERLAP (default 13: =5 with Q in registers for S = Q K^T, 1-6% faster
+  //     than =5 in an interleaved A/B on the H200, run i6). =5: 128-key tiles, a producer
+  //     warpgroup that hands its registers to the consumers, FA3's consumer order (S(j + 1)
+  //     and P V(j) back to back, softmax(j + 1) under P V(j)) and ping-pong between the two consumer warpgroups (with
   //     TMA=2: prefill-8k 8.28 against =4's 8.80 ms, mixed 4.86 against 5.35); =4: the same
   //     tiles with the serial consumer loop (the default up to run h3: 10.3 vs 11.85 ms for
   //     =0, 64-key tiles); =1: FA3's order on 64-key tiles; =2: on 128-key tiles; =3: =1 with
@@ -81,8 +82,9 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     9.13 against 8.63 ms on prefill-8k); =11 / =12: =4 / =5 in persistent CTAs (one per
   //     SM, each looping over the items in a static snake order; the next item's loads run
   //     under the last tile: measured slower, prefill-8k 9.13 / 9.21 against 8.93 ms and the
-  //     mixed step 5.81 / 6.00 against 5.34, uneven items on a static schedule); =13: =5 with
-  //     Q in registers for S = Q K^T (RS wgmma).
+  //     mixed step 5.81 / 6.00 against 5.34, uneven items on a static schedule); =13 (the
+  //     default): =5 with Q in registers for S = Q K^T (RS wgmma) and rows keeping a stale
+  //     max (O rescaled only when a row's max grows by more than 2^8).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic

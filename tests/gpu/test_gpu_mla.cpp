@@ -38,7 +38,8 @@ struct MlaGpuCase {
   bool lse = true;
   int wgmma = 0;     // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
                      // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
-                     // padded to 64), 0 the mma.sync one
+                     // padded to 64), 4 the seesaw kernel (TMA) for 64-row steps, 0 the mma.sync
+                     // one
   bool pdl = false;  // TRIPATH_PDL=1: decode kernel and merge as programmatic dependents
   std::vector<ReqShape> reqs;
 };
@@ -361,11 +362,21 @@ std::vector<MlaGpuCase> all_cases() {
              "threshold4_h24_one_split", "edge_tiny", "mixed_chunked_h16", "fp8_mixed_chunked_h16",
              "decode_h128"},
             3, "mla_wgmma_all_");
+  // The seesaw kernel (TRIPATH_MLA_WGMMA=4: each warpgroup computes S of every other tile, TMA
+  // loads) on every 64+-row shape above: odd and even tile counts, an item's last tile cut at
+  // key_hi (its value rows zeroed), blocks of 16 (4 boxes per panel) and 64, the in-block causal
+  // mask, direct and partial outputs, no LSE.
+  add_wgmma(
+      {"decode_h64", "decode_h128", "decode_bs64_h128", "decode_one_split_h128", "threshold4_h16",
+       "threshold4_h24", "threshold4_h128", "mixed_h128", "mixed_bs64_h64", "fp8_decode_h128",
+       "decode_h16", "mixed_threshold4_h16", "threshold4_h24_one_split", "decode_h128_no_lse"},
+      4, "mla_seesaw_");
   // TRIPATH_PDL=1 (decode kernel and merge as programmatic dependents): the packed kernel at
   // 16 heads (one and several tokens, fp8, a mixed step) and the wgmma kernel at 128.
   for (const MlaGpuCase& m : std::vector<MlaGpuCase>(out)) {
     for (const char* name : {"mla_decode_h16", "mla_threshold4_h16", "mla_fp8_decode_h16",
-                             "mla_mixed_h16", "mla_wgmma_decode_h128", "mla_wgmma_mixed_h128"}) {
+                             "mla_mixed_h16", "mla_wgmma_decode_h128", "mla_wgmma_mixed_h128",
+                             "mla_seesaw_decode_h128"}) {
       if (m.name != name) continue;
       MlaGpuCase k = m;
       k.pdl = true;

@@ -12,7 +12,9 @@
 //        keeps mma.sync there, =2 loads wgmma's tiles by TMA (measured 3% slower: the
 //        kernel waits on its barriers, not its loads), =3 runs wgmma (TMA) on
 //        every bf16 step, a request's rows under 64 padded (its items are the same: with at
-//        most 64 rows a request has one row block whatever the block height). TRIPATH_PDL=1
+//        most 64 rows a request has one row block whatever the block height), =4 runs the
+//        seesaw form on the 64-row steps (decode_seesaw.cuh: each warpgroup computes S of every
+//        other tile; TMA loads; the plain kernel where no latent map can be made). TRIPATH_PDL=1
 //        launches the decode kernel and its merge as programmatic dependents.
 // Extend and prefill (non-absorbed, q/k 192, v 128), in passes over a bounded workspace: every
 // request's keys are cut into pieces (context pieces of at most `chunk` tokens, then its own new
@@ -141,6 +143,7 @@ class CudaMlaBackend final : public MlaBackend {
     wgmma_decode_ = wgmma >= 1 && kind_ == MlaKind::kPacked;
     wgmma_tma_ = wgmma >= 2;
     wgmma_all_rows_ = wgmma == 3;
+    wgmma_seesaw_ = wgmma == 4;
     pdl_ = read_variant("TRIPATH_PDL") == 1 && kind_ == MlaKind::kPacked;
   }
   ~CudaMlaBackend() override {
@@ -271,7 +274,11 @@ class CudaMlaBackend final : public MlaBackend {
           })) {
         map = &latent_map_;
       }
-      TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_wgmma(p, map, stream));
+      if (wgmma_seesaw_ && map != nullptr) {
+        TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_seesaw(p, *map, stream));
+      } else {
+        TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_wgmma(p, map, stream));
+      }
     } else {
       TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_packed(p, rows_per_block_, c.dtype, stream));
     }
@@ -558,6 +565,7 @@ class CudaMlaBackend final : public MlaBackend {
   bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1 (the default), 2 or 3
   bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 2 or 3: its tiles by TMA (1: by cp.async)
   bool wgmma_all_rows_ = false;  // TRIPATH_MLA_WGMMA 3: also steps under 64 rows (padded)
+  bool wgmma_seesaw_ = false;    // TRIPATH_MLA_WGMMA 4: the seesaw kernel on 64-row steps
   bool pdl_ = false;             // TRIPATH_PDL=1 (mla only): decode and merge as dependents
   using LatentMapKey = std::tuple<const void*, int64_t, int>;  // cache, num_blocks, block_size
   TensorMapCache<LatentMapKey, kernels::MlaLatentMap> latent_maps_;

@@ -41,6 +41,10 @@ bool make_mla_latent_map(const void* cache, int64_t num_blocks, int block_size, 
 bool mla_decode_wgmma_built();
 cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap* map,
                                     cudaStream_t stream);
+// The seesaw form of the wgmma kernel (decode_seesaw.cuh: the two warpgroups each compute S of
+// every other tile; TMA loads, so `map` from make_mla_latent_map). Same items and outputs.
+cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
+                                     cudaStream_t stream);
 // Timing probe of the wgmma kernel (cp.async loads; outputs meaningless): 1 its loads alone,
 // 2 its math alone (stale stages), 3 the math without P V, else the kernel. Only the opt-in GPU
 // timing test calls it.

@@ -1,0 +1,21 @@
+// Host side of the seesaw MLA decode kernel (decode_seesaw.cuh): its launch, on the latent map
+// of decode_wgmma.cu (make_mla_latent_map).
+#include "common/launch_kernel.h"
+#include "mla/decode_seesaw.cuh"
+#include "mla/mla.h"
+
+namespace tripath::kernels {
+
+cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
+                                     cudaStream_t stream) {
+  if (p.num_items == 0) return cudaSuccess;
+  if (map.rows < 8) return cudaErrorInvalidValue;  // the backend passes a made map only
+  const int smem = static_cast<int>(MlaSeesawConfig::kSmemBytes);
+  const cudaError_t e = cudaFuncSetAttribute(mla_decode_seesaw_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e != cudaSuccess) return e;
+  return launch_kernel(p.pdl != 0, mla_decode_seesaw_kernel, dim3(p.num_items),
+                       dim3(MlaSeesawConfig::kThreads), smem, stream, p, map);
+}
+
+}  // namespace tripath::kernels

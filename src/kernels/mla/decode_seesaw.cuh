@@ -113,30 +113,38 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
   __syncthreads();
   // Tile j's panels [p0, p1) (and panel 8 if `rope`): the boxes of every cache block with a key
   // below key_hi, each panel counting its bytes on its own barrier. Called by a whole warp, each
-  // lane issuing some of the (panel, block) boxes: at block size 16 a pair's 72 boxes from one
-  // thread took longer than the pair's math (run j2: 266 against 208 us for the plain kernel).
-  auto issue = [&](int j, int p0, int p1, bool rope) {
+  // lane issuing some of the (panel, box) copies: at block size 16 a pair's 72 boxes from one
+  // thread, each after its own block-table load, took longer than the pair's math (run j2: 266
+  // against 208 us for the plain kernel). A lane always issues box lane % tile_boxes of a panel
+  // (tile_boxes divides 32), so its block number (`block_of`) is loaded once per tile, ahead.
+  const int tile_boxes = kN / map.rows;  // 1, 2, 4 or 8
+  const int my_box = lane % tile_boxes;
+  auto block_of = [&](int j) {
+    const int kabs = tile0 + j * kN + my_box * map.rows;
+    return j < num_tiles && kabs < span.key_hi ? span.table[kabs >> p.log2_block_size] : 0;
+  };
+  auto issue = [&](int j, int block, int p0, int p1, bool rope) {
     const int st = j % Cfg::kStages, tile_start = tile0 + j * kN;
     const int rows = min(kN, span.key_hi - tile_start);  // >= 1
     const int boxes = (rows + map.rows - 1) / map.rows;
     const uint32_t bytes = uint32_t(boxes) * uint32_t(map.rows) * 128u;
     unsigned char* dst = sT + st * Cfg::kBytesTile;
     const int panels = p1 - p0 + (rope ? 1 : 0);
-    for (int idx = lane; idx < panels * boxes; idx += 32) {
-      const int pi = idx / boxes, b = idx % boxes;
+    const int r0 = my_box * map.rows;
+    const int slot = (tile_start + r0) & (p.block_size - 1);
+    for (int idx = lane; idx < panels * tile_boxes; idx += 32) {
+      const int pi = idx / tile_boxes;
       const int pk = pi < p1 - p0 ? p0 + pi : kP - 1;
-      if (b == 0) mbarrier::arrive_expect_tx(&full[st * kP + pk], bytes);
-      const int r0 = b * map.rows, kabs = tile_start + r0;
-      const int block = span.table[kabs >> p.log2_block_size];
-      const int slot = kabs & (p.block_size - 1);
-      tma::load_3d(dst + pk * kPB + r0 * 128, &map.map, pk * 64, slot, block,
-                   &full[st * kP + pk]);
+      if (my_box == 0) mbarrier::arrive_expect_tx(&full[st * kP + pk], bytes);
+      if (my_box < boxes)
+        tma::load_3d(dst + pk * kPB + r0 * 128, &map.map, pk * 64, slot, block,
+                     &full[st * kP + pk]);
     }
   };
   auto parity = [](int j) { return uint32_t((j / Cfg::kStages) & 1); };
   if (warp == 0) {
-    if (wg == 0 && num_tiles > 0) issue(0, 0, kP, false);
-    if (wg == 1 && num_tiles > 1) issue(1, 0, kP, false);
+    if (wg == 0 && num_tiles > 0) issue(0, block_of(0), 0, kP, false);
+    if (wg == 1 && num_tiles > 1) issue(1, block_of(1), 0, kP, false);
   }
   cp_async_wait<0>();
   wgmma::fence_proxy_async();  // this thread's Q copies, to the async proxy
@@ -240,6 +248,10 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
   for (int j0 = 0; j0 < num_tiles; j0 += 2) {
     const int j1 = j0 + 1;
     const bool has1 = j1 < num_tiles;
+    // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
+    // now so their latency passes under the softmax.
+    const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
+    const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
     float alpha[2];
     if (wg == 0) {
       mask(j0);
@@ -256,7 +268,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       // Stage j0's panels 0-3 (read last by this product) and 8 (by S0) for tile j0 + 2.
       wgmma::wait<0>();
       wgmma::fence_operands(o);
-      if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, 0, 4, true);
+      if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 0, 4, true);
       if (has1) {
         named_barrier_sync(kBarP1, Cfg::kThreads);
 #pragma unroll
@@ -284,7 +296,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         s_gemm(j0 + 2, kOrder0, 0, 5);
         if (has1) {
           wgmma::wait<1>();
-          if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, 0, 4, false);
+          if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 0, 4, false);
         }
         s_gemm(j0 + 2, kOrder0, 5, kP);
       }
@@ -326,14 +338,14 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         wgmma::wait<0>();
         wgmma::fence_operands(o);
         // Stage j0's panels 4-7 (read last by P0 V0_R) for tile j0 + 2.
-        if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, 4, 8, false);
+        if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 4, 8, false);
         if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
         zero_tail(j1);
         pv_gemm(j1, pa);
         // Stage j1's panels 4-8 (P1 V1_R; S1) for tile j1 + 2.
         wgmma::wait<0>();
         wgmma::fence_operands(o);
-        if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, 4, 8, true);
+        if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 4, 8, true);
         if (j1 + 2 < num_tiles) {
           s_gemm(j1 + 2, kOrder1, 0, kP);
           wgmma::wait<0>();

@@ -167,8 +167,9 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
 #pragma unroll
   for (int i = 0; i < kN / 2; ++i) s[i] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-  uint32_t pa[kN / 16][4];  // this warpgroup's own P
-  uint32_t pb[kN / 16][4];  // the other warpgroup's P
+  // P as the RS operand: this warpgroup's own, or the other's from the slot (one at a time: a
+  // second array of 16 registers spilled at the 255-register limit).
+  uint32_t pr[kN / 16][4];
   const uint32_t v_panel0 = uint32_t(wg) * (kHalf / 64) * kPB;
 
   // S = Q K^T of tile j over panels order[i0..i1) (each waited for on its own barrier; S
@@ -176,7 +177,9 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
   auto s_gemm = [&](int j, const int (&order)[kP], int i0, int i1) {
     const int st = j % Cfg::kStages;
     const uint32_t a_tile = aT + st * Cfg::kBytesTile;
-    wgmma::fence_operands(s);
+    // Not between two parts of one S (the fence "defines" s while the first part is in flight:
+    // ptxas then serializes every wgmma, C7515).
+    if (i0 == 0) wgmma::fence_operands(s);
 #pragma unroll
     for (int i = i0; i < i1; ++i) {
       const int pk = order[i];
@@ -192,14 +195,14 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     wgmma::commit();
   };
   // O += P V over this warpgroup's value dims of tile j.
-  auto pv_gemm = [&](int j, const uint32_t (&pr)[kN / 16][4]) {
+  auto pv_gemm = [&](int j, const uint32_t (&a)[kN / 16][4]) {
     const uint32_t a_tile = aT + (j % Cfg::kStages) * Cfg::kBytesTile;
     wgmma::fence_operands(o);
     wgmma::fence();
 #pragma unroll
     for (int kk = 0; kk < kN / 16; ++kk) {
       const uint64_t db = wgmma::desc_sw128(a_tile + v_panel0 + kk * 16 * 128, kPB, 1024);
-      MmaO::rs(o, pr[kk], db, 1);
+      MmaO::rs(o, a[kk], db, 1);
     }
     wgmma::commit();
   };
@@ -245,26 +248,28 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
   wgmma::wait<0>();
   wgmma::fence_operands(s);
 
-  for (int j0 = 0; j0 < num_tiles; j0 += 2) {
-    const int j1 = j0 + 1;
-    const bool has1 = j1 < num_tiles;
-    // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
-    // now so their latency passes under the softmax.
-    const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
-    const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
-    float alpha[2];
-    if (wg == 0) {
+  // One loop per warpgroup (one loop with the warpgroup branch inside made ptxas mix the two
+  // sides' wgmma pipelines and serialize every wgmma, C7515).
+  if (wg == 0) {
+    for (int j0 = 0; j0 < num_tiles; j0 += 2) {
+      const int j1 = j0 + 1;
+      const bool has1 = j1 < num_tiles;
+      // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
+      // now so their latency passes under the softmax.
+      const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
+      const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
+      float alpha[2];
       mask(j0);
       fragment_online_softmax<kN, 8>(s, m, l, alpha, p.scale_log2);
       if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
-      fragment_pack_a<bf16, kN>(s, pa);
+      fragment_pack_a<bf16, kN>(s, pr);
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk)
-        sP[kk * 128 + wt] = make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
+        sP[kk * 128 + wt] = make_uint4(pr[kk][0], pr[kk][1], pr[kk][2], pr[kk][3]);
       sM[wt] = make_float2(m[0], m[1]);
       named_barrier_arrive(kBarP0, Cfg::kThreads);
       zero_tail(j0);
-      pv_gemm(j0, pa);
+      pv_gemm(j0, pr);
       // Stage j0's panels 0-3 (read last by this product) and 8 (by S0) for tile j0 + 2.
       wgmma::wait<0>();
       wgmma::fence_operands(o);
@@ -274,10 +279,10 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
 #pragma unroll
         for (int kk = 0; kk < kN / 16; ++kk) {
           const uint4 v = sP[kk * 128 + wt];
-          pb[kk][0] = v.x;
-          pb[kk][1] = v.y;
-          pb[kk][2] = v.z;
-          pb[kk][3] = v.w;
+          pr[kk][0] = v.x;
+          pr[kk][1] = v.y;
+          pr[kk][2] = v.z;
+          pr[kk][3] = v.w;
         }
         const float2 m1 = sM[wt];
         alpha[0] = fast_exp2(m[0] - base_of(m1.x));
@@ -288,7 +293,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         l[1] *= alpha[1];
         if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
         zero_tail(j1);
-        pv_gemm(j1, pb);
+        pv_gemm(j1, pr);
       }
       if (j0 + 2 < num_tiles) {
         // S of tile j0 + 2: first the panels this warpgroup refilled (0-3, 8), then, once P1 V1_L
@@ -299,19 +304,31 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
           if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 0, 4, false);
         }
         s_gemm(j0 + 2, kOrder0, 5, kP);
+        wgmma::wait<0>();  // inside the branch: a wait after it made ptxas serialize (C7515)
+        wgmma::fence_operands(s);
+      } else {
+        wgmma::wait<0>();
       }
-      wgmma::wait<0>();
       wgmma::fence_operands(o);
       wgmma::fence_operands(s);
-    } else {
+    }
+  } else {
+    for (int j0 = 0; j0 < num_tiles; j0 += 2) {
+      const int j1 = j0 + 1;
+      const bool has1 = j1 < num_tiles;
+      // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
+      // now so their latency passes under the softmax.
+      const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
+      const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
+      float alpha[2];
       named_barrier_sync(kBarP0, Cfg::kThreads);
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk) {
         const uint4 v = sP[kk * 128 + wt];
-        pb[kk][0] = v.x;
-        pb[kk][1] = v.y;
-        pb[kk][2] = v.z;
-        pb[kk][3] = v.w;
+        pr[kk][0] = v.x;
+        pr[kk][1] = v.y;
+        pr[kk][2] = v.z;
+        pr[kk][3] = v.w;
       }
       const float2 m0 = sM[wt];
       alpha[0] = fast_exp2(m[0] - base_of(m0.x));
@@ -322,26 +339,26 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       l[1] *= alpha[1];
       if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
       zero_tail(j0);
-      pv_gemm(j0, pb);
+      pv_gemm(j0, pr);
       if (has1) {
         mask(j1);
         fragment_online_softmax<kN, 8>(s, m, l, alpha, p.scale_log2);
-        fragment_pack_a<bf16, kN>(s, pa);
+        // P0 V0_R (it ran under the softmax) is done before P1 takes its registers and O is
+        // rescaled (a wait only on the warps that rescale made ptxas serialize, C7515).
+        wgmma::wait<0>();
+        wgmma::fence_operands(o);
+        fragment_pack_a<bf16, kN>(s, pr);
         // The slot's P0 was read above (same thread): now P1.
 #pragma unroll
         for (int kk = 0; kk < kN / 16; ++kk)
-          sP[kk * 128 + wt] = make_uint4(pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]);
+          sP[kk * 128 + wt] = make_uint4(pr[kk][0], pr[kk][1], pr[kk][2], pr[kk][3]);
         sM[wt] = make_float2(m[0], m[1]);
         named_barrier_arrive(kBarP1, Cfg::kThreads);
-        // P0 V0_R into O first (it ran under the softmax; a wait only on the warps that rescale
-        // makes ptxas serialize every wgmma, C7515).
-        wgmma::wait<0>();
-        wgmma::fence_operands(o);
         // Stage j0's panels 4-7 (read last by P0 V0_R) for tile j0 + 2.
         if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 4, 8, false);
         if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
         zero_tail(j1);
-        pv_gemm(j1, pa);
+        pv_gemm(j1, pr);
         // Stage j1's panels 4-8 (P1 V1_R; S1) for tile j1 + 2.
         wgmma::wait<0>();
         wgmma::fence_operands(o);

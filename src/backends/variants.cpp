@@ -35,7 +35,7 @@ std::vector<VariantVariable> variant_variables() {
        "3: wgmma (TMA) on every bf16 step, rows padded to 64; 4: the seesaw wgmma kernel (both "
        "warpgroups compute S, of alternate tiles; TMA) for 64-row steps; 0: the mma.sync packed "
        "kernel",
-       4, 1, ""}};
+       4, 4, ""}};
   for (VariantVariable& v : out) {
     const char* value = std::getenv(v.name.c_str());
     if (value != nullptr) v.value = value;

@@ -363,7 +363,7 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
   // The measured-faster kernels are the defaults: TMA loads issued by every producer warp,
   // 128-key flash tiles with FA3's consumer order and ping-pong, and the wgmma MLA decode
   // kernel; programmatic dependent launches off (measured no faster).
-  EXPECT_EQ(defaults, (std::vector<int>{2, 13, 0, 0, 1}));
+  EXPECT_EQ(defaults, (std::vector<int>{2, 13, 0, 0, 4}));
 }
 
 // read_variant, the parser the GPU backends use at creation: unset / empty -> the default, a
@@ -382,7 +382,7 @@ TEST(Registry, ReadVariantParsesAndRejects) {
     const char* name;
     int value;
   };
-  for (const Default d : {Default{"TRIPATH_FLASH_TMA", 2}, Default{"TRIPATH_MLA_WGMMA", 1}}) {
+  for (const Default d : {Default{"TRIPATH_FLASH_TMA", 2}, Default{"TRIPATH_MLA_WGMMA", 4}}) {
     {
       ScopedEnv unset(d.name, nullptr);
       EXPECT_EQ(tripath::read_variant(d.name), d.value) << d.name;

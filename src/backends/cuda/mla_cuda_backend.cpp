@@ -7,7 +7,9 @@
 //   mla_baseline: 16-row blocks, always partial states, then the merge kernel.
 //   mla: 16/32/64-row blocks (heads packed in M); a step whose requests all have one split
 //        writes the output directly, otherwise partial states and the merge kernel. 64-row
-//        steps on a bf16 cache run the Hopper wgmma kernel (decode_wgmma.cuh; 1.66x the
+//        steps on a bf16 cache run the seesaw wgmma kernel (decode_seesaw.cuh, the default
+//        TRIPATH_MLA_WGMMA=4: 169 against 207 us for =1 on mla-decode-4k at 128 heads, H200 run
+//        j3), TMA tile loads. =1 runs the first wgmma kernel (decode_wgmma.cuh; 1.66x the
 //        mma.sync one at 128 heads on the H200), cp.async tile loads; TRIPATH_MLA_WGMMA=0
 //        keeps mma.sync there, =2 loads wgmma's tiles by TMA (measured 3% slower: the
 //        kernel waits on its barriers, not its loads), =3 runs wgmma (TMA) on
@@ -138,7 +140,7 @@ struct Piece {
 class CudaMlaBackend final : public MlaBackend {
  public:
   explicit CudaMlaBackend(MlaKind kind) : kind_(kind) {
-    // Read once, at creation (read_variant: unset takes 1; anything but 0 or 1 is an error).
+    // Read once, at creation (read_variant: unset takes 4; anything but 0-4 is an error).
     const int wgmma = read_variant("TRIPATH_MLA_WGMMA");
     wgmma_decode_ = wgmma >= 1 && kind_ == MlaKind::kPacked;
     wgmma_tma_ = wgmma >= 2;
@@ -562,8 +564,8 @@ class CudaMlaBackend final : public MlaBackend {
   int extend_rows() const { return flash_extend() ? kernels::kFlashPrefillRows : 64; }
 
   MlaKind kind_;
-  bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1 (the default), 2 or 3
-  bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 2 or 3: its tiles by TMA (1: by cp.async)
+  bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1, 2, 3 or 4 (the default)
+  bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 2, 3 or 4: its tiles by TMA (1: by cp.async)
   bool wgmma_all_rows_ = false;  // TRIPATH_MLA_WGMMA 3: also steps under 64 rows (padded)
   bool wgmma_seesaw_ = false;    // TRIPATH_MLA_WGMMA 4: the seesaw kernel on 64-row steps
   bool pdl_ = false;             // TRIPATH_PDL=1 (mla only): decode and merge as dependents

@@ -629,12 +629,12 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
 #endif
 }
 
-// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 1), 0, 1, 2 or 3: anything else is
+// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 4), 0, 1, 2, 3 or 4: anything else is
 // an error naming it.
 TEST(GpuMlaErrors, WgmmaVariable) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  for (const char* bad : {"4", "yes", "10"}) {
+  for (const char* bad : {"5", "yes", "10"}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", bad);
     try {
       create_mla_backend("mla");
@@ -643,7 +643,7 @@ TEST(GpuMlaErrors, WgmmaVariable) {
       EXPECT_NE(std::string(e.what()).find("TRIPATH_MLA_WGMMA"), std::string::npos) << e.what();
     }
   }
-  for (const char* ok : {"0", "1", "2", "3", ""}) {
+  for (const char* ok : {"0", "1", "2", "3", "4", ""}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", ok);
     EXPECT_NO_THROW(create_mla_backend("mla")) << "TRIPATH_MLA_WGMMA=" << ok;
   }

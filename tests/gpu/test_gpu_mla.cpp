@@ -774,6 +774,12 @@ struct MlaTimingStep {
     bytes = double(kReqs) * kKeys * kernels::kMlaEntry * 2;
     flops = 2.0 * kReqs * kKeys * heads * double(kernels::kMlaEntry + kernels::kMlaLatent);
   }
+  int num_blocks() const { return kReqs * (kKeys / kBlock); }
+  // Every table entry -> block 0: the kernel's tiles then come out of L2 (no HBM traffic).
+  void point_all_at_block0() {
+    bt.upload(std::vector<int32_t>(static_cast<size_t>(num_blocks()), 0));
+    p.block_table = static_cast<const int32_t*>(bt.get());
+  }
 };
 #endif
 
@@ -832,6 +838,42 @@ TEST(GpuMlaBench, WgmmaParts) {
           us[probe] / (tiles * waves));
       EXPECT_GT(us[probe], 0.0);
     }
+  }
+#endif
+}
+
+// Opt-in timing (TRIPATH_MLA_BENCH=1): the seesaw kernel (mla's default at 128 heads) on the
+// same step (one split: 128 items, one wave; blocks of 64 keys, one TMA box per panel): the
+// kernel, its loads alone (launch_mla_decode_seesaw_probe 1), and the kernel on a cache whose
+// table points every block at block 0 (tiles out of L2: what is left without HBM).
+TEST(GpuMlaBench, SeesawParts) {
+  TRIPATH_REQUIRE_GPU();
+  if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+#ifdef TRIPATH_WITH_CUDA
+  if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
+  MlaTimingStep step(128, 1, kernels::kMlaWgmmaRows);
+  kernels::MlaLatentMap map{};
+  ASSERT_TRUE(kernels::make_mla_latent_map(step.p.cache, step.num_blocks(), MlaTimingStep::kBlock,
+                                           &map));
+  auto time = [&](int probe) {
+    return median_launch_us([&] {
+      EXPECT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, probe, nullptr),
+                cudaSuccess);
+    });
+  };
+  const double kernel = time(0), loads = time(1);
+  step.point_all_at_block0();
+  const double l2 = time(0);
+  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+  const int tiles = MlaTimingStep::kKeys / 64;
+  const char* names[] = {"kernel", "loads alone", "kernel, tiles from L2"};
+  const double us[] = {kernel, loads, l2};
+  for (int i = 0; i < 3; ++i) {
+    std::printf(
+        "mla seesaw 128 heads, 64 x 4096 keys, %d items: %s %.1f us (%.0f TFLOP/s; %.2f us per "
+        "tile)\n",
+        step.p.num_items, names[i], us[i], step.flops / us[i] * 1e-6, us[i] / tiles);
+    EXPECT_GT(us[i], 0.0);
   }
 #endif
 }

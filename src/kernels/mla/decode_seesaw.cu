@@ -6,16 +6,35 @@
 
 namespace tripath::kernels {
 
-cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
-                                     cudaStream_t stream) {
+namespace {
+
+template <int kProbe>
+cudaError_t launch_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map, cudaStream_t stream) {
   if (p.num_items == 0) return cudaSuccess;
   if (map.rows < 8) return cudaErrorInvalidValue;  // the backend passes a made map only
   const int smem = static_cast<int>(MlaSeesawConfig::kSmemBytes);
-  const cudaError_t e = cudaFuncSetAttribute(mla_decode_seesaw_kernel,
+  const cudaError_t e = cudaFuncSetAttribute(mla_decode_seesaw_kernel<kProbe>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  return launch_kernel(p.pdl != 0, mla_decode_seesaw_kernel, dim3(p.num_items),
+  return launch_kernel(p.pdl != 0, mla_decode_seesaw_kernel<kProbe>, dim3(p.num_items),
                        dim3(MlaSeesawConfig::kThreads), smem, stream, p, map);
+}
+
+}  // namespace
+
+cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
+                                     cudaStream_t stream) {
+  return launch_seesaw<kSeesawProbeNone>(p, map, stream);
+}
+
+cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLatentMap& map,
+                                           int probe, cudaStream_t stream) {
+  switch (probe) {
+    case kSeesawProbeLoadsOnly:
+      return launch_seesaw<kSeesawProbeLoadsOnly>(p, map, stream);
+    default:
+      return launch_seesaw<kSeesawProbeNone>(p, map, stream);
+  }
 }
 
 }  // namespace tripath::kernels

@@ -68,6 +68,16 @@ struct MlaSeesawConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
+// Timing probe (launch_mla_decode_seesaw_probe; outputs meaningless): the loads, waits, refills
+// and hand-offs without S, softmax or P V. (A math-alone form on stale stages made ptxas
+// serialize its wgmmas, C7520, so it would time something else; the opt-in test times the kernel
+// on an L2-resident cache instead.)
+enum MlaSeesawProbe : int {
+  kSeesawProbeNone = 0,
+  kSeesawProbeLoadsOnly = 1,
+};
+
+template <int kProbe>
 __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     mla_decode_seesaw_kernel(const __grid_constant__ MlaDecodeParams p,
                              const __grid_constant__ MlaLatentMap map) {
@@ -185,27 +195,31 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     for (int i = i0; i < i1; ++i) {
       const int pk = order[i];
       mbarrier::wait(&full[st * kP + pk], parity(j));
-      wgmma::fence();  // after the wait's branch (else ptxas serializes every wgmma: C7520)
+      if constexpr (kProbe != kSeesawProbeLoadsOnly) {
+        wgmma::fence();  // after the wait's branch (else ptxas serializes every wgmma: C7520)
 #pragma unroll
-      for (int ks = 0; ks < 4; ++ks) {
-        const uint64_t da = wgmma::desc_sw128(aQ + pk * kM * 128 + ks * 32, 16, 1024);
-        const uint64_t db = wgmma::desc_sw128(a_tile + pk * kPB + ks * 32, 16, 1024);
-        MmaS::ss(s, da, db, i > 0 || ks > 0);
+        for (int ks = 0; ks < 4; ++ks) {
+          const uint64_t da = wgmma::desc_sw128(aQ + pk * kM * 128 + ks * 32, 16, 1024);
+          const uint64_t db = wgmma::desc_sw128(a_tile + pk * kPB + ks * 32, 16, 1024);
+          MmaS::ss(s, da, db, i > 0 || ks > 0);
+        }
       }
     }
     wgmma::commit();
   };
   // O += P V over this warpgroup's value dims of tile j.
   auto pv_gemm = [&](int j, const uint32_t (&a)[kN / 16][4]) {
-    const uint32_t a_tile = aT + (j % Cfg::kStages) * Cfg::kBytesTile;
-    wgmma::fence_operands(o);
-    wgmma::fence();
+    if constexpr (kProbe != kSeesawProbeLoadsOnly) {
+      const uint32_t a_tile = aT + (j % Cfg::kStages) * Cfg::kBytesTile;
+      wgmma::fence_operands(o);
+      wgmma::fence();
 #pragma unroll
-    for (int kk = 0; kk < kN / 16; ++kk) {
-      const uint64_t db = wgmma::desc_sw128(a_tile + v_panel0 + kk * 16 * 128, kPB, 1024);
-      MmaO::rs(o, a[kk], db, 1);
+      for (int kk = 0; kk < kN / 16; ++kk) {
+        const uint64_t db = wgmma::desc_sw128(a_tile + v_panel0 + kk * 16 * 128, kPB, 1024);
+        MmaO::rs(o, a[kk], db, 1);
+      }
+      wgmma::commit();
     }
-    wgmma::commit();
   };
   // The mask (keys before key_lo, past a row's limit) on tiles that need it.
   auto mask = [&](int j) {
@@ -241,6 +255,15 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     named_barrier_sync(kBarZero0 + wg, 128);
   };
   auto base_of = [](float mx) { return mx == kNegInf ? 0.0f : mx; };
+  // Tile j's mask and online softmax (S -> P in s; the rescale factors in alpha).
+  auto softmax = [&](int j, float (&alpha)[2]) {
+    if constexpr (kProbe == kSeesawProbeLoadsOnly) {
+      alpha[0] = alpha[1] = 1.0f;
+    } else {
+      mask(j);
+      fragment_online_softmax<kN, 8>(s, m, l, alpha, p.scale_log2);
+    }
+  };
 
   constexpr int kOrder0[kP] = {0, 1, 2, 3, 8, 4, 5, 6, 7};  // wg0's S: its own refills first
   constexpr int kOrder1[kP] = {0, 1, 2, 3, 4, 5, 6, 7, 8};
@@ -260,8 +283,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
       const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
       float alpha[2];
-      mask(j0);
-      fragment_online_softmax<kN, 8>(s, m, l, alpha, p.scale_log2);
+      softmax(j0, alpha);
       if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
       fragment_pack_a<bf16, kN>(s, pr);
 #pragma unroll
@@ -342,8 +364,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       zero_tail(j0);
       pv_gemm(j0, pr);
       if (has1) {
-        mask(j1);
-        fragment_online_softmax<kN, 8>(s, m, l, alpha, p.scale_log2);
+        softmax(j1, alpha);
         // P0 V0_R (it ran under the softmax) is done before P1 takes its registers and O is
         // rescaled (a wait only on the warps that rescale made ptxas serialize, C7515).
         wgmma::wait<0>();

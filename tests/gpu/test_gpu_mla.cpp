@@ -336,7 +336,7 @@ std::vector<MlaGpuCase> all_cases() {
     }
   }
   // The `mla_<name>` cases of `names` again, with TRIPATH_MLA_WGMMA=value, named prefix + name.
-  auto add_wgmma = [&](std::initializer_list<const char*> names, int value, const char* prefix) {
+  auto add_wgmma = [&](const std::vector<const char*>& names, int value, const char* prefix) {
     for (const char* name : names) {
       for (MlaGpuCase c : base) {
         if (c.name != std::string("mla_") + name) continue;
@@ -346,11 +346,12 @@ std::vector<MlaGpuCase> all_cases() {
       }
     }
   };
-  add_wgmma(
-      {"decode_h64", "decode_h128", "decode_bs64_h128", "decode_one_split_h128", "threshold4_h16",
-       "threshold4_h24", "threshold4_h128", "mixed_h128", "mixed_bs64_h64", "fp8_decode_h128",
-       "decode_h16", "mixed_threshold4_h16", "threshold4_h24_one_split", "decode_h128_no_lse"},
-      1, "mla_wgmma_");
+  // Every step shape of the 64-row kernels (=1 and =4 run them all).
+  const std::vector<const char*> every_shape = {
+      "decode_h64", "decode_h128", "decode_bs64_h128", "decode_one_split_h128", "threshold4_h16",
+      "threshold4_h24", "threshold4_h128", "mixed_h128", "mixed_bs64_h64", "fp8_decode_h128",
+      "decode_h16", "mixed_threshold4_h16", "threshold4_h24_one_split", "decode_h128_no_lse"};
+  add_wgmma(every_shape, 1, "mla_wgmma_");
   // Its TMA loads (TRIPATH_MLA_WGMMA=2; blocks of 16 keys: 4 boxes per panel and tile, of 64:
   // one; the last tile of every item stays cp.async).
   add_wgmma({"decode_h128", "decode_bs64_h128", "threshold4_h24", "mixed_h128",
@@ -366,11 +367,7 @@ std::vector<MlaGpuCase> all_cases() {
   // loads) on every 64+-row shape above: odd and even tile counts, an item's last tile cut at
   // key_hi (its value rows zeroed), blocks of 16 (4 boxes per panel) and 64, the in-block causal
   // mask, direct and partial outputs, no LSE.
-  add_wgmma(
-      {"decode_h64", "decode_h128", "decode_bs64_h128", "decode_one_split_h128", "threshold4_h16",
-       "threshold4_h24", "threshold4_h128", "mixed_h128", "mixed_bs64_h64", "fp8_decode_h128",
-       "decode_h16", "mixed_threshold4_h16", "threshold4_h24_one_split", "decode_h128_no_lse"},
-      4, "mla_seesaw_");
+  add_wgmma(every_shape, 4, "mla_seesaw_");
   // TRIPATH_PDL=1 (decode kernel and merge as programmatic dependents): the packed kernel at
   // 16 heads (one and several tokens, fp8, a mixed step) and the wgmma kernel at 128.
   for (const MlaGpuCase& m : std::vector<MlaGpuCase>(out)) {

@@ -17,6 +17,8 @@
 #include "gpu_test_util.h"
 
 #ifdef TRIPATH_WITH_CUDA
+#include "common/wgmma_rate_probe.h"
+#include "mla/decode_seesaw_probe.h"
 #include "mla/mla.h"
 #endif
 
@@ -854,11 +856,43 @@ TEST(GpuMlaBench, SeesawParts) {
                                            &map));
   auto time = [&](int probe) {
     return median_launch_us([&] {
-      EXPECT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, probe, nullptr),
+      EXPECT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, probe, nullptr, nullptr),
                 cudaSuccess);
     });
   };
   const double kernel = time(0), loads = time(1);
+  // The event clocks of blocks 0 and 1 (the two row blocks of request 0), steady pairs only.
+  constexpr int kB = kernels::kSeesawTraceBlocks, kT = kernels::kSeesawTracePairs,
+                kE = kernels::kSeesawTraceEvents;
+  DeviceMem trace;
+  trace.resize(size_t(kB) * 2 * kT * kE * 4);
+  ASSERT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, kernels::kSeesawProbeTrace,
+                                                    static_cast<uint32_t*>(trace.get()), nullptr),
+            cudaSuccess);
+  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+  std::vector<uint32_t> clocks(size_t(kB) * 2 * kT * kE);
+  TRIPATH_TEST_CUDA(cudaMemcpy(clocks.data(), trace.get(), clocks.size() * 4,
+                               cudaMemcpyDeviceToHost));
+  const char* events[2][kE] = {
+      {"top", "softmax done", "P0 handed", "P0 V0_L issued", "P0 V0_L done", "P1 taken",
+       "P1 V1_L issued", "S0' panels 0-3,8 issued", "P1 V1_L done", "S0' done"},
+      {"top", "P0 taken", "P0 V0_R issued", "softmax done", "P0 V0_R done", "P1 handed",
+       "P1 V1_R issued", "P1 V1_R done", "S1' issued", "S1' done"}};
+  auto at = [&](int b, int w, int t, int e) { return clocks[((b * 2 + w) * kT + t) * kE + e]; };
+  for (int b = 0; b < kB; ++b) {
+    double period = 0.0;
+    for (int t = 2; t < kT - 2; ++t) period += int32_t(at(b, 0, t + 1, 0) - at(b, 0, t, 0));
+    std::printf("mla seesaw trace, block %d: %.0f clocks per pair (pairs 2..%d)\n", b,
+                period / (kT - 4), kT - 3);
+    for (int w = 0; w < 2; ++w) {
+      std::printf("  wg%d:", w);
+      for (int e = 0; e < kE; ++e) {
+        double mean = 0.0;
+        for (int t = 2; t < kT - 2; ++t) mean += int32_t(at(b, w, t, e) - at(b, 0, t, 0));
+        std::printf(" %s %.0f%s", events[w][e], mean / (kT - 4), e + 1 < kE ? ";" : "\n");
+      }
+    }
+  }
   step.point_all_at_block0();
   const double l2 = time(0);
   TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
@@ -871,6 +905,59 @@ TEST(GpuMlaBench, SeesawParts) {
         "tile)\n",
         step.p.num_items, names[i], us[i], step.flops / us[i] * 1e-6, us[i] / tiles);
     EXPECT_GT(us[i], 0.0);
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace tripath::gputest
+
+namespace tripath::gputest {
+namespace {
+
+// Opt-in timing (TRIPATH_MLA_BENCH=1): what the tensor cores deliver per wgmma form the MLA
+// kernels use, alone and with the two warpgroups sharing them (launch_wgmma_rate_probe: no
+// loads, no softmax; 132 blocks, one per SM). Prints clocks per instruction (median over the
+// blocks) against the dense bf16 peak of an SM (1024 FLOP per clock per sub-core: N / 2 clocks
+// for an m64nNk16).
+TEST(GpuMlaBench, WgmmaRates) {
+  TRIPATH_REQUIRE_GPU();
+  if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+#ifdef TRIPATH_WITH_CUDA
+  if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
+  using namespace kernels;
+  const char* names[] = {"SS n64 (S)", "RS n64 (S, Q in registers)", "RS n256 (P V)",
+                         "SS n256 (P V, P from smem)", "SS n128 (S of 128 keys)"};
+  const int ns[] = {64, 64, 256, 256, 128};
+  const std::pair<int, int> pairs[] = {
+      {kRateSsN64, kRateIdle},   {kRateRsN64, kRateIdle},   {kRateRsN256, kRateIdle},
+      {kRateSsN256, kRateIdle},  {kRateSsN128, kRateIdle},  {kRateSsN64, kRateSsN64},
+      {kRateRsN64, kRateRsN64},  {kRateRsN256, kRateRsN256}, {kRateSsN256, kRateSsN256},
+      {kRateSsN64, kRateRsN256}, {kRateRsN64, kRateRsN256}};
+  constexpr int kBlocks = 132, kReps = 200;
+  DeviceMem cycles;
+  cycles.resize(size_t(kBlocks) * 2 * 8);
+  for (const auto& [f0, f1] : pairs) {
+    ASSERT_EQ(launch_wgmma_rate_probe(f0, f1, kReps, kBlocks,
+                                      static_cast<unsigned long long*>(cycles.get()), nullptr),
+              cudaSuccess);
+    TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+    std::vector<unsigned long long> c(size_t(kBlocks) * 2);
+    TRIPATH_TEST_CUDA(cudaMemcpy(c.data(), cycles.get(), c.size() * 8, cudaMemcpyDeviceToHost));
+    std::printf("wgmma rates:");
+    const int forms[2] = {f0, f1};
+    for (int w = 0; w < 2; ++w) {
+      if (forms[w] < 0) continue;
+      std::vector<double> per;
+      for (int b = 0; b < kBlocks; ++b)
+        per.push_back(double(c[2 * b + w]) / (double(kReps) * wgmma_rate_group_size(forms[w])));
+      std::sort(per.begin(), per.end());
+      const double med = per[per.size() / 2];
+      std::printf(" wg%d %s %.1f clocks per wgmma (%.0f%% of peak)%s", w, names[forms[w]], med,
+                  100.0 * (ns[forms[w]] / 2) / med, w == 0 && f1 >= 0 ? ";" : "");
+      EXPECT_GT(med, 0.0);
+    }
+    std::printf("\n");
   }
 #endif
 }

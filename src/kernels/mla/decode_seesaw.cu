@@ -9,7 +9,8 @@ namespace tripath::kernels {
 namespace {
 
 template <int kProbe>
-cudaError_t launch_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map, cudaStream_t stream) {
+cudaError_t launch_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map, uint32_t* trace,
+                          cudaStream_t stream) {
   if (p.num_items == 0) return cudaSuccess;
   if (map.rows < 8) return cudaErrorInvalidValue;  // the backend passes a made map only
   const int smem = static_cast<int>(MlaSeesawConfig::kSmemBytes);
@@ -17,23 +18,26 @@ cudaError_t launch_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map, cud
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
   return launch_kernel(p.pdl != 0, mla_decode_seesaw_kernel<kProbe>, dim3(p.num_items),
-                       dim3(MlaSeesawConfig::kThreads), smem, stream, p, map);
+                       dim3(MlaSeesawConfig::kThreads), smem, stream, p, map, trace);
 }
 
 }  // namespace
 
 cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
                                      cudaStream_t stream) {
-  return launch_seesaw<kSeesawProbeNone>(p, map, stream);
+  return launch_seesaw<kSeesawProbeNone>(p, map, nullptr, stream);
 }
 
 cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLatentMap& map,
-                                           int probe, cudaStream_t stream) {
+                                           int probe, uint32_t* trace, cudaStream_t stream) {
   switch (probe) {
     case kSeesawProbeLoadsOnly:
-      return launch_seesaw<kSeesawProbeLoadsOnly>(p, map, stream);
+      return launch_seesaw<kSeesawProbeLoadsOnly>(p, map, nullptr, stream);
+    case kSeesawProbeTrace:
+      return trace != nullptr ? launch_seesaw<kSeesawProbeTrace>(p, map, trace, stream)
+                              : cudaErrorInvalidValue;
     default:
-      return launch_seesaw<kSeesawProbeNone>(p, map, stream);
+      return launch_seesaw<kSeesawProbeNone>(p, map, nullptr, stream);
   }
 }
 

@@ -45,6 +45,7 @@
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
 #include "mla/decode_item.cuh"
+#include "mla/decode_seesaw_probe.h"
 #include "mla/mla.h"
 #include "mla/params.h"
 
@@ -68,19 +69,10 @@ struct MlaSeesawConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
-// Timing probe (launch_mla_decode_seesaw_probe; outputs meaningless): the loads, waits, refills
-// and hand-offs without S, softmax or P V. (A math-alone form on stale stages made ptxas
-// serialize its wgmmas, C7520, so it would time something else; the opt-in test times the kernel
-// on an L2-resident cache instead.)
-enum MlaSeesawProbe : int {
-  kSeesawProbeNone = 0,
-  kSeesawProbeLoadsOnly = 1,
-};
-
 template <int kProbe>
 __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     mla_decode_seesaw_kernel(const __grid_constant__ MlaDecodeParams p,
-                             const __grid_constant__ MlaLatentMap map) {
+                             const __grid_constant__ MlaLatentMap map, uint32_t* trace) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using Cfg = MlaSeesawConfig;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kP = Cfg::kPanels, kHalf = Cfg::kValueHalf;
@@ -91,6 +83,16 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
   // Named barriers (0 is __syncthreads): P0 / m0 handed to wg1, P1 / m1 handed to wg0, and one
   // per warpgroup for zeroing the last tile's value rows.
   constexpr int kBarP0 = 1, kBarP1 = 2, kBarZero0 = 3;
+  // The trace probe's clock stamp of event e of pair t (a no-op in every other instantiation).
+  auto stamp = [&](int t, int e) {
+    if constexpr (kProbe == kSeesawProbeTrace) {
+      uint32_t c;
+      asm volatile("mov.u32 %0, %%clock;\n" : "=r"(c));
+      if (threadIdx.x % 128 == 0 && blockIdx.x < kSeesawTraceBlocks && t < kSeesawTracePairs)
+        trace[((blockIdx.x * 2 + threadIdx.x / 128) * kSeesawTracePairs + t) * kSeesawTraceEvents +
+              e] = c;
+    }
+  };
 
   extern __shared__ unsigned char smem_raw[];
   const uint32_t raw_addr = smem_addr(smem_raw);
@@ -278,12 +280,15 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     for (int j0 = 0; j0 < num_tiles; j0 += 2) {
       const int j1 = j0 + 1;
       const bool has1 = j1 < num_tiles;
+      const int t = j0 / 2;
+      stamp(t, 0);
       // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
       // now so their latency passes under the softmax.
       const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
       const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
       float alpha[2];
       softmax(j0, alpha);
+      stamp(t, 1);
       if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
       fragment_pack_a<bf16, kN>(s, pr);
 #pragma unroll
@@ -291,14 +296,18 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         sP[kk * 128 + wt] = make_uint4(pr[kk][0], pr[kk][1], pr[kk][2], pr[kk][3]);
       sM[wt] = make_float2(m[0], m[1]);
       named_barrier_arrive(kBarP0, Cfg::kThreads);
+      stamp(t, 2);
       zero_tail(j0);
       pv_gemm(j0, pr);
+      stamp(t, 3);
       // Stage j0's panels 0-3 (read last by this product) and 8 (by S0) for tile j0 + 2.
       wgmma::wait<0>();
       wgmma::fence_operands(o);
+      stamp(t, 4);
       if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 0, 4, true);
       if (has1) {
         named_barrier_sync(kBarP1, Cfg::kThreads);
+        stamp(t, 5);
 #pragma unroll
         for (int kk = 0; kk < kN / 16; ++kk) {
           const uint4 v = sP[kk * 128 + wt];
@@ -317,17 +326,21 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
         zero_tail(j1);
         pv_gemm(j1, pr);
+        stamp(t, 6);
       }
       if (j0 + 2 < num_tiles) {
         // S of tile j0 + 2: first the panels this warpgroup refilled (0-3, 8), then, once P1 V1_L
         // is done and stage j1's panels 0-3 refilled for tile j1 + 2, the rest (refilled by wg1).
         s_gemm(j0 + 2, kOrder0, 0, 5);
+        stamp(t, 7);
         if (has1) {
           wgmma::wait<1>();
+          stamp(t, 8);
           if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 0, 4, false);
         }
         s_gemm(j0 + 2, kOrder0, 5, kP);
         wgmma::wait<0>();  // inside the branch: a wait after it made ptxas serialize (C7515)
+        stamp(t, 9);
         wgmma::fence_operands(s);
       } else {
         wgmma::wait<0>();
@@ -339,12 +352,15 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     for (int j0 = 0; j0 < num_tiles; j0 += 2) {
       const int j1 = j0 + 1;
       const bool has1 = j1 < num_tiles;
+      const int t = j0 / 2;
+      stamp(t, 0);
       // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
       // now so their latency passes under the softmax.
       const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
       const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
       float alpha[2];
       named_barrier_sync(kBarP0, Cfg::kThreads);
+      stamp(t, 1);
 #pragma unroll
       for (int kk = 0; kk < kN / 16; ++kk) {
         const uint4 v = sP[kk * 128 + wt];
@@ -363,12 +379,15 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
       zero_tail(j0);
       pv_gemm(j0, pr);
+      stamp(t, 2);
       if (has1) {
         softmax(j1, alpha);
+        stamp(t, 3);
         // P0 V0_R (it ran under the softmax) is done before P1 takes its registers and O is
         // rescaled (a wait only on the warps that rescale made ptxas serialize, C7515).
         wgmma::wait<0>();
         wgmma::fence_operands(o);
+        stamp(t, 4);
         fragment_pack_a<bf16, kN>(s, pr);
         // The slot's P0 was read above (same thread): now P1.
 #pragma unroll
@@ -376,18 +395,23 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
           sP[kk * 128 + wt] = make_uint4(pr[kk][0], pr[kk][1], pr[kk][2], pr[kk][3]);
         sM[wt] = make_float2(m[0], m[1]);
         named_barrier_arrive(kBarP1, Cfg::kThreads);
+        stamp(t, 5);
         // Stage j0's panels 4-7 (read last by P0 V0_R) for tile j0 + 2.
         if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 4, 8, false);
         if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
         zero_tail(j1);
         pv_gemm(j1, pr);
+        stamp(t, 6);
         // Stage j1's panels 4-8 (P1 V1_R; S1) for tile j1 + 2.
         wgmma::wait<0>();
         wgmma::fence_operands(o);
+        stamp(t, 7);
         if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 4, 8, true);
         if (j1 + 2 < num_tiles) {
           s_gemm(j1 + 2, kOrder1, 0, kP);
+          stamp(t, 8);
           wgmma::wait<0>();
+          stamp(t, 9);
           wgmma::fence_operands(s);
         }
       } else {

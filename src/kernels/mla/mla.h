@@ -46,9 +46,11 @@ cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap
 cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
                                      cudaStream_t stream);
 // Timing probe of the seesaw kernel (outputs meaningless): 1 its loads alone (waits, refills,
-// hand-offs), else the kernel. Only the opt-in GPU timing test calls it.
+// hand-offs), 2 the kernel writing its per-pair event clocks to `trace` (decode_seesaw.cuh:
+// kSeesawProbeTrace; [2 blocks][2 warpgroups][32 pairs][10 events]), else the kernel. Only the
+// opt-in GPU timing test calls it.
 cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLatentMap& map,
-                                           int probe, cudaStream_t stream);
+                                           int probe, uint32_t* trace, cudaStream_t stream);
 // Timing probe of the wgmma kernel (cp.async loads; outputs meaningless): 1 its loads alone,
 // 2 its math alone (stale stages), 3 the math without P V, else the kernel. Only the opt-in GPU
 // timing test calls it.

@@ -16,8 +16,7 @@
 //        every bf16 step, a request's rows under 64 padded (its items are the same: with at
 //        most 64 rows a request has one row block whatever the block height), =4 runs the
 //        seesaw form on the 64-row steps (decode_seesaw.cuh: each warpgroup computes S of every
-//        other tile; TMA loads; the plain kernel where no latent map can be made), =5 the
-//        seesaw on 32-key tiles in four stages. TRIPATH_PDL=1
+//        other tile; TMA loads; the plain kernel where no latent map can be made). TRIPATH_PDL=1
 //        launches the decode kernel and its merge as programmatic dependents.
 // Extend and prefill (non-absorbed, q/k 192, v 128), in passes over a bounded workspace: every
 // request's keys are cut into pieces (context pieces of at most `chunk` tokens, then its own new
@@ -141,13 +140,12 @@ struct Piece {
 class CudaMlaBackend final : public MlaBackend {
  public:
   explicit CudaMlaBackend(MlaKind kind) : kind_(kind) {
-    // Read once, at creation (read_variant: unset takes 4; anything but 0-5 is an error).
+    // Read once, at creation (read_variant: unset takes 4; anything but 0-4 is an error).
     const int wgmma = read_variant("TRIPATH_MLA_WGMMA");
     wgmma_decode_ = wgmma >= 1 && kind_ == MlaKind::kPacked;
     wgmma_tma_ = wgmma >= 2;
     wgmma_all_rows_ = wgmma == 3;
-    wgmma_seesaw_ = wgmma >= 4;
-    seesaw_keys_ = wgmma == 5 ? 32 : 64;
+    wgmma_seesaw_ = wgmma == 4;
     pdl_ = read_variant("TRIPATH_PDL") == 1 && kind_ == MlaKind::kPacked;
   }
   ~CudaMlaBackend() override {
@@ -272,16 +270,14 @@ class CudaMlaBackend final : public MlaBackend {
                kernels::mla_decode_wgmma_built()) {
       // The latent map, encoded once per cache (TMA tile loads; nullptr: cp.async).
       const kernels::MlaLatentMap* map = nullptr;
-      // Boxes of at most the seesaw's tile keys (64 for the plain kernel).
-      const int box_rows = wgmma_seesaw_ ? seesaw_keys_ : kernels::kMlaWgmmaRows;
       const LatentMapKey key{p.cache, c.num_blocks, c.block_size};
       if (wgmma_tma_ && latent_maps_.get(key, &latent_map_, [&](kernels::MlaLatentMap* m) {
-            return kernels::make_mla_latent_map(p.cache, c.num_blocks, c.block_size, m, box_rows);
+            return kernels::make_mla_latent_map(p.cache, c.num_blocks, c.block_size, m);
           })) {
         map = &latent_map_;
       }
       if (wgmma_seesaw_ && map != nullptr) {
-        TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_seesaw(p, *map, seesaw_keys_, stream));
+        TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_seesaw(p, *map, stream));
       } else {
         TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_wgmma(p, map, stream));
       }
@@ -571,8 +567,7 @@ class CudaMlaBackend final : public MlaBackend {
   bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1, 2, 3 or 4 (the default)
   bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 2, 3 or 4: its tiles by TMA (1: by cp.async)
   bool wgmma_all_rows_ = false;  // TRIPATH_MLA_WGMMA 3: also steps under 64 rows (padded)
-  bool wgmma_seesaw_ = false;    // TRIPATH_MLA_WGMMA 4 or 5: the seesaw kernel on 64-row steps
-  int seesaw_keys_ = 64;         // its keys per tile: 64 (=4) or 32 (=5, four stages)
+  bool wgmma_seesaw_ = false;    // TRIPATH_MLA_WGMMA 4: the seesaw kernel on 64-row steps
   bool pdl_ = false;             // TRIPATH_PDL=1 (mla only): decode and merge as dependents
   using LatentMapKey = std::tuple<const void*, int64_t, int>;  // cache, num_blocks, block_size
   TensorMapCache<LatentMapKey, kernels::MlaLatentMap> latent_maps_;

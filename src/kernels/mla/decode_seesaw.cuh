@@ -51,17 +51,13 @@
 
 namespace tripath::kernels {
 
-// kKeys keys per tile: 64 with two stages, or 32 with four (the same shared memory): then a
-// stage is refilled a whole pair before its tile is used rather than just before.
-template <int kKeys>
 struct MlaSeesawConfig {
-  static_assert(kKeys == 64 || kKeys == 32, "tiles of 64 or 32 keys");
   static constexpr int kM = 64;                      // packed rows per block
-  static constexpr int kN = kKeys;                   // keys per tile
+  static constexpr int kN = 64;                      // keys per tile
   static constexpr int kThreads = 256;               // two warpgroups
   static constexpr int kPanels = kMlaEntry / 64;     // 9 panels of 64 dims per latent row
   static constexpr int kValueHalf = kMlaLatent / 2;  // value dims per warpgroup
-  static constexpr int kStages = 128 / kKeys;
+  static constexpr int kStages = 2;
   static constexpr uint32_t kPanelBytes = uint32_t(kN) * 128;
   static constexpr uint32_t kBytesQ = uint32_t(kM) * kMlaEntry * 2;
   static constexpr uint32_t kBytesTile = uint32_t(kN) * kMlaEntry * 2;
@@ -73,13 +69,12 @@ struct MlaSeesawConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
-template <int kProbe, int kKeys>
-__global__ void __launch_bounds__(MlaSeesawConfig<kKeys>::kThreads, 1)
+template <int kProbe>
+__global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     mla_decode_seesaw_kernel(const __grid_constant__ MlaDecodeParams p,
                              const __grid_constant__ MlaLatentMap map, uint32_t* trace) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using Cfg = MlaSeesawConfig<kKeys>;
-  constexpr int kAhead = Cfg::kStages;  // a stage's next tile: j + kAhead
+  using Cfg = MlaSeesawConfig;
   constexpr int kM = Cfg::kM, kN = Cfg::kN, kP = Cfg::kPanels, kHalf = Cfg::kValueHalf;
   constexpr uint32_t kPB = Cfg::kPanelBytes;
   constexpr float kNegInf = -INFINITY;
@@ -161,8 +156,8 @@ __global__ void __launch_bounds__(MlaSeesawConfig<kKeys>::kThreads, 1)
   };
   auto parity = [](int j) { return uint32_t((j / Cfg::kStages) & 1); };
   if (warp == 0) {
-    // Every stage's first tile; warpgroup 0 issues the even tiles, 1 the odd ones.
-    for (int j = wg; j < Cfg::kStages && j < num_tiles; j += 2) issue(j, block_of(j), 0, kP, false);
+    if (wg == 0 && num_tiles > 0) issue(0, block_of(0), 0, kP, false);
+    if (wg == 1 && num_tiles > 1) issue(1, block_of(1), 0, kP, false);
   }
   cp_async_wait<0>();
   wgmma::fence_proxy_async();  // this thread's Q copies, to the async proxy
@@ -287,10 +282,10 @@ __global__ void __launch_bounds__(MlaSeesawConfig<kKeys>::kThreads, 1)
       const bool has1 = j1 < num_tiles;
       const int t = j0 / 2;
       stamp(t, 0);
-      // The block numbers of this lane's boxes of the pair's refills (tiles j0, j1 + kAhead), loaded
+      // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
       // now so their latency passes under the softmax.
-      const int next0 = warp == 0 ? block_of(j0 + kAhead) : 0;
-      const int next1 = warp == 0 ? block_of(j1 + kAhead) : 0;
+      const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
+      const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
       float alpha[2];
       softmax(j0, alpha);
       stamp(t, 1);
@@ -305,11 +300,11 @@ __global__ void __launch_bounds__(MlaSeesawConfig<kKeys>::kThreads, 1)
       zero_tail(j0);
       pv_gemm(j0, pr);
       stamp(t, 3);
-      // Stage j0's panels 0-3 (read last by this product) and 8 (by S0) for tile j0 + kAhead.
+      // Stage j0's panels 0-3 (read last by this product) and 8 (by S0) for tile j0 + 2.
       wgmma::wait<0>();
       wgmma::fence_operands(o);
       stamp(t, 4);
-      if (warp == 0 && j0 + kAhead < num_tiles) issue(j0 + kAhead, next0, 0, 4, true);
+      if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 0, 4, true);
       if (has1) {
         named_barrier_sync(kBarP1, Cfg::kThreads);
         stamp(t, 5);
@@ -335,13 +330,13 @@ __global__ void __launch_bounds__(MlaSeesawConfig<kKeys>::kThreads, 1)
       }
       if (j0 + 2 < num_tiles) {
         // S of tile j0 + 2: first the panels this warpgroup refilled (0-3, 8), then, once P1 V1_L
-        // is done and stage j1's panels 0-3 refilled for tile j1 + kAhead, the rest (refilled by wg1).
+        // is done and stage j1's panels 0-3 refilled for tile j1 + 2, the rest (refilled by wg1).
         s_gemm(j0 + 2, kOrder0, 0, 5);
         stamp(t, 7);
         if (has1) {
           wgmma::wait<1>();
           stamp(t, 8);
-          if (warp == 0 && j1 + kAhead < num_tiles) issue(j1 + kAhead, next1, 0, 4, false);
+          if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 0, 4, false);
         }
         s_gemm(j0 + 2, kOrder0, 5, kP);
         wgmma::wait<0>();  // inside the branch: a wait after it made ptxas serialize (C7515)
@@ -359,10 +354,10 @@ __global__ void __launch_bounds__(MlaSeesawConfig<kKeys>::kThreads, 1)
       const bool has1 = j1 < num_tiles;
       const int t = j0 / 2;
       stamp(t, 0);
-      // The block numbers of this lane's boxes of the pair's refills (tiles j0, j1 + kAhead), loaded
+      // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
       // now so their latency passes under the softmax.
-      const int next0 = warp == 0 ? block_of(j0 + kAhead) : 0;
-      const int next1 = warp == 0 ? block_of(j1 + kAhead) : 0;
+      const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
+      const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
       float alpha[2];
       named_barrier_sync(kBarP0, Cfg::kThreads);
       stamp(t, 1);
@@ -401,17 +396,17 @@ __global__ void __launch_bounds__(MlaSeesawConfig<kKeys>::kThreads, 1)
         sM[wt] = make_float2(m[0], m[1]);
         named_barrier_arrive(kBarP1, Cfg::kThreads);
         stamp(t, 5);
-        // Stage j0's panels 4-7 (read last by P0 V0_R) for tile j0 + kAhead.
-        if (warp == 0 && j0 + kAhead < num_tiles) issue(j0 + kAhead, next0, 4, 8, false);
+        // Stage j0's panels 4-7 (read last by P0 V0_R) for tile j0 + 2.
+        if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 4, 8, false);
         if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
         zero_tail(j1);
         pv_gemm(j1, pr);
         stamp(t, 6);
-        // Stage j1's panels 4-8 (P1 V1_R; S1) for tile j1 + kAhead.
+        // Stage j1's panels 4-8 (P1 V1_R; S1) for tile j1 + 2.
         wgmma::wait<0>();
         wgmma::fence_operands(o);
         stamp(t, 7);
-        if (warp == 0 && j1 + kAhead < num_tiles) issue(j1 + kAhead, next1, 4, 8, true);
+        if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 4, 8, true);
         if (j1 + 2 < num_tiles) {
           s_gemm(j1 + 2, kOrder1, 0, kP);
           stamp(t, 8);

@@ -12,11 +12,9 @@ namespace tripath::kernels {
 
 bool mla_decode_wgmma_built() { return TRIPATH_FLASH_PREFILL_MLA != 0; }
 
-bool make_mla_latent_map(const void* cache, int64_t num_blocks, int block_size, MlaLatentMap* map,
-                         int max_rows) {
+bool make_mla_latent_map(const void* cache, int64_t num_blocks, int block_size, MlaLatentMap* map) {
   if (block_size < 8) return false;  // a box of fewer than 8 rows breaks the swizzle period
-  if (max_rows < 8 || max_rows > MlaWgmmaConfig::kN) return false;
-  const uint32_t rows = static_cast<uint32_t>(std::min(block_size, max_rows));
+  const uint32_t rows = static_cast<uint32_t>(std::min(block_size, MlaWgmmaConfig::kN));
   const uint64_t row_bytes = uint64_t(kMlaEntry) * 2;
   const uint64_t dims[3] = {uint64_t(kMlaEntry), uint64_t(block_size), uint64_t(num_blocks)};
   const uint64_t strides[2] = {row_bytes, row_bytes * uint64_t(block_size)};

@@ -36,26 +36,21 @@ struct MlaLatentMap {
   CUtensorMap map;  // {576 dims, slot, block} of the bf16 latent cache, boxes of 64 x rows
   int32_t rows;     // keys per box: min(block size, 64)
 };
-// Boxes of min(block size, max_rows) keys (64: the wgmma kernel and the 64-key seesaw; 32: the
-// 32-key seesaw). False (map untouched) where TMA does not apply: block size below 8, no driver
-// entry point.
-bool make_mla_latent_map(const void* cache, int64_t num_blocks, int block_size, MlaLatentMap* map,
-                         int max_rows = kMlaWgmmaRows);
+// False (map untouched) where TMA does not apply: block size below 8, no driver entry point.
+bool make_mla_latent_map(const void* cache, int64_t num_blocks, int block_size, MlaLatentMap* map);
 bool mla_decode_wgmma_built();
 cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap* map,
                                     cudaStream_t stream);
 // The seesaw form of the wgmma kernel (decode_seesaw.cuh: the two warpgroups each compute S of
-// every other tile; TMA loads, so `map` from make_mla_latent_map with max_rows <= tile_keys).
-// tile_keys 64 (two stages) or 32 (four stages). Same items and outputs.
+// every other tile; TMA loads, so `map` from make_mla_latent_map). Same items and outputs.
 cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
-                                     int tile_keys, cudaStream_t stream);
+                                     cudaStream_t stream);
 // Timing probe of the seesaw kernel (outputs meaningless): 1 its loads alone (waits, refills,
 // hand-offs), 2 the kernel writing its per-pair event clocks to `trace` (decode_seesaw.cuh:
 // kSeesawProbeTrace; [2 blocks][2 warpgroups][32 pairs][10 events]), else the kernel. Only the
 // opt-in GPU timing test calls it.
 cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLatentMap& map,
-                                           int tile_keys, int probe, uint32_t* trace,
-                                           cudaStream_t stream);
+                                           int probe, uint32_t* trace, cudaStream_t stream);
 // Timing probe of the wgmma kernel (cp.async loads; outputs meaningless): 1 its loads alone,
 // 2 its math alone (stale stages), 3 the math without P V, else the kernel. Only the opt-in GPU
 // timing test calls it.

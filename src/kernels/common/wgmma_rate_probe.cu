@@ -21,7 +21,7 @@ struct Group {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 template <int kForm>
 __device__ void run_form(uint32_t aQ, uint32_t aK, uint32_t aP, int reps, float* sink) {
-  if constexpr (kForm == kRateSsN64 || kForm == kRateRsN64) {
+  if constexpr (kForm == kRateSsN64 || kForm == kRateRsN64 || kForm == kRateSsN64Fenced) {
     float d[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) d[i] = 0.0f;
@@ -30,10 +30,13 @@ __device__ void run_form(uint32_t aQ, uint32_t aK, uint32_t aP, int reps, float*
       wgmma::fence();
 #pragma unroll
       for (int pk = 0; pk < 9; ++pk) {
+        if constexpr (kForm == kRateSsN64Fenced) {
+          if (pk > 0) wgmma::fence();
+        }
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           const uint64_t db = wgmma::desc_sw128(aK + pk * 64 * 128 + ks * 32, 16, 1024);
-          if constexpr (kForm == kRateSsN64) {
+          if constexpr (kForm != kRateRsN64) {
             const uint64_t da = wgmma::desc_sw128(aQ + pk * 64 * 128 + ks * 32, 16, 1024);
             wgmma::Mma<64, bf16>::ss(d, da, db, pk > 0 || ks > 0);
           } else {
@@ -166,6 +169,9 @@ cudaError_t launch_wgmma_rate_probe(int form0, int form1, int reps, int blocks,
   TRIPATH_RATE_PAIR(kRateSsN256, kRateSsN256)
   TRIPATH_RATE_PAIR(kRateSsN64, kRateRsN256)
   TRIPATH_RATE_PAIR(kRateRsN64, kRateRsN256)
+  TRIPATH_RATE_PAIR(kRateSsN64Fenced, kRateIdle)
+  TRIPATH_RATE_PAIR(kRateSsN64Fenced, kRateSsN64Fenced)
+  TRIPATH_RATE_PAIR(kRateSsN64Fenced, kRateRsN256)
 #undef TRIPATH_RATE_PAIR
   return cudaErrorInvalidValue;
 }

@@ -17,6 +17,7 @@ enum WgmmaRateForm : int {
   kRateRsN256 = 2,  // P V of a 256-dim half: 4 m64n256k16, P in registers, V MN-major
   kRateSsN256 = 3,  // the same with P from shared memory (K-major B)
   kRateSsN128 = 4,  // S of a 128-key tile: 36 m64n128k16 from shared memory
+  kRateSsN64Fenced = 5,  // kRateSsN64 with a wgmma fence (warpgroup arrive) before every 4
 };
 // wgmma instructions per group of each form (one commit group, then a wait).
 int wgmma_rate_group_size(int form);

@@ -40,8 +40,8 @@ struct MlaGpuCase {
   bool lse = true;
   int wgmma = 0;     // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
                      // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
-                     // padded to 64), 4 the seesaw kernel (TMA) for 64-row steps, 5 the same with
-                     // S issued once its panels have landed, 0 the mma.sync one
+                     // padded to 64), 4 the seesaw kernel (TMA) for 64-row steps, 0 the mma.sync
+                     // one
   bool pdl = false;  // TRIPATH_PDL=1: decode kernel and merge as programmatic dependents
   std::vector<ReqShape> reqs;
 };
@@ -370,8 +370,6 @@ std::vector<MlaGpuCase> all_cases() {
   // key_hi (its value rows zeroed), blocks of 16 (4 boxes per panel) and 64, the in-block causal
   // mask, direct and partial outputs, no LSE.
   add_wgmma(every_shape, 4, "mla_seesaw_");
-  // The same kernel with S issued once all its panels have landed (TRIPATH_MLA_WGMMA=5).
-  add_wgmma(every_shape, 5, "mla_seesaw_wait_first_");
   // TRIPATH_PDL=1 (decode kernel and merge as programmatic dependents): the packed kernel at
   // 16 heads (one and several tokens, fp8, a mixed step) and the wgmma kernel at 128.
   for (const MlaGpuCase& m : std::vector<MlaGpuCase>(out)) {
@@ -630,12 +628,12 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
 #endif
 }
 
-// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 4), 0, 1, 2, 3, 4 or 5: anything else is
+// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 4), 0, 1, 2, 3 or 4: anything else is
 // an error naming it.
 TEST(GpuMlaErrors, WgmmaVariable) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  for (const char* bad : {"6", "yes", "10"}) {
+  for (const char* bad : {"5", "yes", "10"}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", bad);
     try {
       create_mla_backend("mla");
@@ -644,7 +642,7 @@ TEST(GpuMlaErrors, WgmmaVariable) {
       EXPECT_NE(std::string(e.what()).find("TRIPATH_MLA_WGMMA"), std::string::npos) << e.what();
     }
   }
-  for (const char* ok : {"0", "1", "2", "3", "4", "5", ""}) {
+  for (const char* ok : {"0", "1", "2", "3", "4", ""}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", ok);
     EXPECT_NO_THROW(create_mla_backend("mla")) << "TRIPATH_MLA_WGMMA=" << ok;
   }
@@ -844,79 +842,70 @@ TEST(GpuMlaBench, WgmmaParts) {
 }
 
 // Opt-in timing (TRIPATH_MLA_BENCH=1): the seesaw kernel (mla's default at 128 heads) on the
-// same step (one split: 128 items, one wave; blocks of 64 keys), as it is and with S issued
-// once all its panels have landed: each kernel, its per-pair event clocks (where a pair's time
-// goes), and each on a cache whose table points every block at block 0 (tiles out of L2); and
-// the loads alone (launch_mla_decode_seesaw_probe 1).
+// same step (one split: 128 items, one wave; blocks of 64 keys, one TMA box per panel): the
+// kernel, its loads alone (launch_mla_decode_seesaw_probe 1), and the kernel on a cache whose
+// table points every block at block 0 (tiles out of L2: what is left without HBM).
 TEST(GpuMlaBench, SeesawParts) {
   TRIPATH_REQUIRE_GPU();
   if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
-  using namespace kernels;
-  MlaTimingStep step(128, 1, kMlaWgmmaRows);
-  MlaLatentMap map{};
-  ASSERT_TRUE(make_mla_latent_map(step.p.cache, step.num_blocks(), MlaTimingStep::kBlock, &map));
+  MlaTimingStep step(128, 1, kernels::kMlaWgmmaRows);
+  kernels::MlaLatentMap map{};
+  ASSERT_TRUE(kernels::make_mla_latent_map(step.p.cache, step.num_blocks(), MlaTimingStep::kBlock,
+                                           &map));
   auto time = [&](int probe) {
     return median_launch_us([&] {
-      EXPECT_EQ(launch_mla_decode_seesaw_probe(step.p, map, probe, nullptr, nullptr), cudaSuccess);
+      EXPECT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, probe, nullptr, nullptr),
+                cudaSuccess);
     });
   };
-  const char* forms[2] = {"as is", "S waits first"};
-  const int kernel_probe[2] = {kSeesawProbeNone, kSeesawProbeWaitFirst};
-  const int trace_probe[2] = {kSeesawProbeTrace, kSeesawProbeWaitFirstTrace};
-  double us[2][2];
-  for (int f = 0; f < 2; ++f) {
-    us[f][0] = time(kernel_probe[f]);
-    // The event clocks of blocks 0 and 1 (the two row blocks of request 0), steady pairs only.
-    constexpr int kB = kSeesawTraceBlocks, kT = kSeesawTracePairs, kE = kSeesawTraceEvents;
-    DeviceMem trace;
-    trace.resize(size_t(kB) * 2 * kT * kE * 4);
-    ASSERT_EQ(launch_mla_decode_seesaw_probe(step.p, map, trace_probe[f],
-                                             static_cast<uint32_t*>(trace.get()), nullptr),
-              cudaSuccess);
-    TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
-    std::vector<uint32_t> clocks(size_t(kB) * 2 * kT * kE);
-    TRIPATH_TEST_CUDA(cudaMemcpy(clocks.data(), trace.get(), clocks.size() * 4,
-                                 cudaMemcpyDeviceToHost));
-    const char* events[2][kE] = {
-        {"top", "softmax done", "P0 handed", "P0 V0_L issued", "P0 V0_L done", "P1 taken",
-         "P1 V1_L issued", "S0' panels 0-3,8 issued", "P1 V1_L done", "S0' done"},
-        {"top", "P0 taken", "P0 V0_R issued", "softmax done", "P0 V0_R done", "P1 handed",
-         "P1 V1_R issued", "P1 V1_R done", "S1' issued", "S1' done"}};
-    auto at = [&](int b, int w, int t, int e) { return clocks[((b * 2 + w) * kT + t) * kE + e]; };
-    for (int b = 0; b < kB; ++b) {
-      double period = 0.0;
-      for (int t = 2; t < kT - 2; ++t) period += int32_t(at(b, 0, t + 1, 0) - at(b, 0, t, 0));
-      std::printf("mla seesaw (%s), trace of block %d: %.0f clocks per pair (pairs 2..%d)\n",
-                  forms[f], b, period / (kT - 4), kT - 3);
-      for (int w = 0; w < 2; ++w) {
-        std::printf("  wg%d:", w);
-        for (int e = 0; e < kE; ++e) {
-          double mean = 0.0;
-          for (int t = 2; t < kT - 2; ++t) mean += int32_t(at(b, w, t, e) - at(b, 0, t, 0));
-          std::printf(" %s %.0f%s", events[w][e], mean / (kT - 4), e + 1 < kE ? ";" : "\n");
-        }
+  const double kernel = time(0), loads = time(1);
+  // The event clocks of blocks 0 and 1 (the two row blocks of request 0), steady pairs only.
+  constexpr int kB = kernels::kSeesawTraceBlocks, kT = kernels::kSeesawTracePairs,
+                kE = kernels::kSeesawTraceEvents;
+  DeviceMem trace;
+  trace.resize(size_t(kB) * 2 * kT * kE * 4);
+  ASSERT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, kernels::kSeesawProbeTrace,
+                                                    static_cast<uint32_t*>(trace.get()), nullptr),
+            cudaSuccess);
+  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+  std::vector<uint32_t> clocks(size_t(kB) * 2 * kT * kE);
+  TRIPATH_TEST_CUDA(cudaMemcpy(clocks.data(), trace.get(), clocks.size() * 4,
+                               cudaMemcpyDeviceToHost));
+  const char* events[2][kE] = {
+      {"top", "softmax done", "P0 handed", "P0 V0_L issued", "P0 V0_L done", "P1 taken",
+       "P1 V1_L issued", "S0' panels 0-3,8 issued", "P1 V1_L done", "S0' done"},
+      {"top", "P0 taken", "P0 V0_R issued", "softmax done", "P0 V0_R done", "P1 handed",
+       "P1 V1_R issued", "P1 V1_R done", "S1' issued", "S1' done"}};
+  auto at = [&](int b, int w, int t, int e) { return clocks[((b * 2 + w) * kT + t) * kE + e]; };
+  for (int b = 0; b < kB; ++b) {
+    double period = 0.0;
+    for (int t = 2; t < kT - 2; ++t) period += int32_t(at(b, 0, t + 1, 0) - at(b, 0, t, 0));
+    std::printf("mla seesaw trace, block %d: %.0f clocks per pair (pairs 2..%d)\n", b,
+                period / (kT - 4), kT - 3);
+    for (int w = 0; w < 2; ++w) {
+      std::printf("  wg%d:", w);
+      for (int e = 0; e < kE; ++e) {
+        double mean = 0.0;
+        for (int t = 2; t < kT - 2; ++t) mean += int32_t(at(b, w, t, e) - at(b, 0, t, 0));
+        std::printf(" %s %.0f%s", events[w][e], mean / (kT - 4), e + 1 < kE ? ";" : "\n");
       }
     }
   }
-  const double loads = time(kSeesawProbeLoadsOnly);
   step.point_all_at_block0();
-  for (int f = 0; f < 2; ++f) us[f][1] = time(kernel_probe[f]);
+  const double l2 = time(0);
   TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
   const int tiles = MlaTimingStep::kKeys / 64;
-  auto line = [&](const std::string& what, double t) {
+  const char* names[] = {"kernel", "loads alone", "kernel, tiles from L2"};
+  const double us[] = {kernel, loads, l2};
+  for (int i = 0; i < 3; ++i) {
     std::printf(
         "mla seesaw 128 heads, 64 x 4096 keys, %d items: %s %.1f us (%.0f TFLOP/s; %.2f us per "
         "tile)\n",
-        step.p.num_items, what.c_str(), t, step.flops / t * 1e-6, t / tiles);
-    EXPECT_GT(t, 0.0);
-  };
-  for (int f = 0; f < 2; ++f) {
-    line(std::string("kernel (") + forms[f] + ")", us[f][0]);
-    line(std::string("kernel (") + forms[f] + "), tiles from L2", us[f][1]);
+        step.p.num_items, names[i], us[i], step.flops / us[i] * 1e-6, us[i] / tiles);
+    EXPECT_GT(us[i], 0.0);
   }
-  line("loads alone", loads);
 #endif
 }
 

@@ -69,11 +69,7 @@ struct MlaSeesawConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
-// kWaitFirst: S waits for all the panels of a part first, then fences once and issues the part's
-// wgmmas (TRIPATH_MLA_WGMMA=5); otherwise it waits and fences panel by panel, so its first
-// products start while later panels land, at the price of a warpgroup arrive (WARPGROUP.ARRIVE)
-// between every 4 wgmmas.
-template <int kProbe, bool kWaitFirst = false>
+template <int kProbe>
 __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     mla_decode_seesaw_kernel(const __grid_constant__ MlaDecodeParams p,
                              const __grid_constant__ MlaLatentMap map, uint32_t* trace) {
@@ -197,18 +193,12 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     // Not between two parts of one S (the fence "defines" s while the first part is in flight:
     // ptxas then serializes every wgmma, C7515).
     if (i0 == 0) wgmma::fence_operands(s);
-    if constexpr (kWaitFirst) {
-#pragma unroll
-      for (int i = i0; i < i1; ++i) mbarrier::wait(&full[st * kP + order[i]], parity(j));
-      if constexpr (kProbe != kSeesawProbeLoadsOnly) wgmma::fence();
-    }
 #pragma unroll
     for (int i = i0; i < i1; ++i) {
       const int pk = order[i];
-      if constexpr (!kWaitFirst) mbarrier::wait(&full[st * kP + pk], parity(j));
+      mbarrier::wait(&full[st * kP + pk], parity(j));
       if constexpr (kProbe != kSeesawProbeLoadsOnly) {
-        // after the wait's branch (else ptxas serializes every wgmma: C7520)
-        if constexpr (!kWaitFirst) wgmma::fence();
+        wgmma::fence();  // after the wait's branch (else ptxas serializes every wgmma: C7520)
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           const uint64_t da = wgmma::desc_sw128(aQ + pk * kM * 128 + ks * 32, 16, 1024);

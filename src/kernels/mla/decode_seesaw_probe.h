@@ -16,8 +16,6 @@ enum MlaSeesawProbe : int {
   kSeesawProbeNone = 0,
   kSeesawProbeLoadsOnly = 1,
   kSeesawProbeTrace = 2,
-  kSeesawProbeWaitFirst = 3,       // the kWaitFirst kernel (TRIPATH_MLA_WGMMA=5)
-  kSeesawProbeWaitFirstTrace = 4,  // and its trace
 };
 inline constexpr int kSeesawTraceEvents = 10;
 inline constexpr int kSeesawTracePairs = 32;

@@ -40,8 +40,8 @@ struct MlaGpuCase {
   bool lse = true;
   int wgmma = 0;     // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
                      // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
-                     // padded to 64), 4 the seesaw kernel (TMA) for 64-row steps, 5 the same in CTA
-                     // pairs (multicast tiles), 0 the mma.sync one
+                     // padded to 64), 4 the seesaw kernel (TMA) for 64-row steps, 0 the mma.sync
+                     // one
   bool pdl = false;  // TRIPATH_PDL=1: decode kernel and merge as programmatic dependents
   std::vector<ReqShape> reqs;
 };
@@ -370,16 +370,12 @@ std::vector<MlaGpuCase> all_cases() {
   // key_hi (its value rows zeroed), blocks of 16 (4 boxes per panel) and 64, the in-block causal
   // mask, direct and partial outputs, no LSE.
   add_wgmma(every_shape, 4, "mla_seesaw_");
-  // The same kernel in CTA pairs sharing each tile by multicast (TRIPATH_MLA_WGMMA=5) where a
-  // step's items pair up (128 heads; multi-token requests pair the two blocks of each token), the
-  // single kernel elsewhere (64 heads: one block per token).
-  add_wgmma(every_shape, 5, "mla_seesaw_pair_");
   // TRIPATH_PDL=1 (decode kernel and merge as programmatic dependents): the packed kernel at
   // 16 heads (one and several tokens, fp8, a mixed step) and the wgmma kernel at 128.
   for (const MlaGpuCase& m : std::vector<MlaGpuCase>(out)) {
     for (const char* name : {"mla_decode_h16", "mla_threshold4_h16", "mla_fp8_decode_h16",
                              "mla_mixed_h16", "mla_wgmma_decode_h128", "mla_wgmma_mixed_h128",
-                             "mla_seesaw_decode_h128", "mla_seesaw_pair_decode_h128"}) {
+                             "mla_seesaw_decode_h128"}) {
       if (m.name != name) continue;
       MlaGpuCase k = m;
       k.pdl = true;
@@ -632,12 +628,12 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
 #endif
 }
 
-// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 4), 0, 1, 2, 3, 4 or 5: anything else is
+// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 4), 0, 1, 2, 3 or 4: anything else is
 // an error naming it.
 TEST(GpuMlaErrors, WgmmaVariable) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  for (const char* bad : {"6", "yes", "10"}) {
+  for (const char* bad : {"5", "yes", "10"}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", bad);
     try {
       create_mla_backend("mla");
@@ -646,7 +642,7 @@ TEST(GpuMlaErrors, WgmmaVariable) {
       EXPECT_NE(std::string(e.what()).find("TRIPATH_MLA_WGMMA"), std::string::npos) << e.what();
     }
   }
-  for (const char* ok : {"0", "1", "2", "3", "4", "5", ""}) {
+  for (const char* ok : {"0", "1", "2", "3", "4", ""}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", ok);
     EXPECT_NO_THROW(create_mla_backend("mla")) << "TRIPATH_MLA_WGMMA=" << ok;
   }
@@ -866,51 +862,44 @@ TEST(GpuMlaBench, SeesawParts) {
   };
   const double kernel = time(0), loads = time(1);
   // The event clocks of blocks 0 and 1 (the two row blocks of request 0), steady pairs only.
-  auto trace_of = [&](int probe, const char* label) {
-    constexpr int kB = kernels::kSeesawTraceBlocks, kT = kernels::kSeesawTracePairs,
-                  kE = kernels::kSeesawTraceEvents;
-    DeviceMem trace;
-    trace.resize(size_t(kB) * 2 * kT * kE * 4);
-    ASSERT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, probe,
-                                                      static_cast<uint32_t*>(trace.get()), nullptr),
-              cudaSuccess);
-    TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
-    std::vector<uint32_t> clocks(size_t(kB) * 2 * kT * kE);
-    TRIPATH_TEST_CUDA(cudaMemcpy(clocks.data(), trace.get(), clocks.size() * 4,
-                                 cudaMemcpyDeviceToHost));
-    const char* events[2][kE] = {
-        {"top", "softmax done", "P0 handed", "P0 V0_L issued", "P0 V0_L done", "P1 taken",
-         "P1 V1_L issued", "S0' panels 0-3,8 issued", "P1 V1_L done", "S0' done"},
-        {"top", "P0 taken", "P0 V0_R issued", "softmax done", "P0 V0_R done", "P1 handed",
-         "P1 V1_R issued", "P1 V1_R done", "S1' issued", "S1' done"}};
-    auto at = [&](int b, int w, int t, int e) { return clocks[((b * 2 + w) * kT + t) * kE + e]; };
-    for (int b = 0; b < kB; ++b) {
-      double period = 0.0;
-      for (int t = 2; t < kT - 2; ++t) period += int32_t(at(b, 0, t + 1, 0) - at(b, 0, t, 0));
-      std::printf("mla seesaw%s trace, block %d: %.0f clocks per pair (pairs 2..%d)\n", label, b,
-                  period / (kT - 4), kT - 3);
-      for (int w = 0; w < 2; ++w) {
-        std::printf("  wg%d:", w);
-        for (int e = 0; e < kE; ++e) {
-          double mean = 0.0;
-          for (int t = 2; t < kT - 2; ++t) mean += int32_t(at(b, w, t, e) - at(b, 0, t, 0));
-          std::printf(" %s %.0f%s", events[w][e], mean / (kT - 4), e + 1 < kE ? ";" : "\n");
-        }
+  constexpr int kB = kernels::kSeesawTraceBlocks, kT = kernels::kSeesawTracePairs,
+                kE = kernels::kSeesawTraceEvents;
+  DeviceMem trace;
+  trace.resize(size_t(kB) * 2 * kT * kE * 4);
+  ASSERT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, kernels::kSeesawProbeTrace,
+                                                    static_cast<uint32_t*>(trace.get()), nullptr),
+            cudaSuccess);
+  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+  std::vector<uint32_t> clocks(size_t(kB) * 2 * kT * kE);
+  TRIPATH_TEST_CUDA(cudaMemcpy(clocks.data(), trace.get(), clocks.size() * 4,
+                               cudaMemcpyDeviceToHost));
+  const char* events[2][kE] = {
+      {"top", "softmax done", "P0 handed", "P0 V0_L issued", "P0 V0_L done", "P1 taken",
+       "P1 V1_L issued", "S0' panels 0-3,8 issued", "P1 V1_L done", "S0' done"},
+      {"top", "P0 taken", "P0 V0_R issued", "softmax done", "P0 V0_R done", "P1 handed",
+       "P1 V1_R issued", "P1 V1_R done", "S1' issued", "S1' done"}};
+  auto at = [&](int b, int w, int t, int e) { return clocks[((b * 2 + w) * kT + t) * kE + e]; };
+  for (int b = 0; b < kB; ++b) {
+    double period = 0.0;
+    for (int t = 2; t < kT - 2; ++t) period += int32_t(at(b, 0, t + 1, 0) - at(b, 0, t, 0));
+    std::printf("mla seesaw trace, block %d: %.0f clocks per pair (pairs 2..%d)\n", b,
+                period / (kT - 4), kT - 3);
+    for (int w = 0; w < 2; ++w) {
+      std::printf("  wg%d:", w);
+      for (int e = 0; e < kE; ++e) {
+        double mean = 0.0;
+        for (int t = 2; t < kT - 2; ++t) mean += int32_t(at(b, w, t, e) - at(b, 0, t, 0));
+        std::printf(" %s %.0f%s", events[w][e], mean / (kT - 4), e + 1 < kE ? ";" : "\n");
       }
     }
-  };
-  trace_of(kernels::kSeesawProbeTrace, "");
-  // The paired kernel (CTA pairs sharing each tile by multicast; the step's items pair up).
-  const double paired = time(kernels::kSeesawProbePaired);
-  trace_of(kernels::kSeesawProbePairedTrace, " (paired)");
+  }
   step.point_all_at_block0();
-  const double l2 = time(0), l2_paired = time(kernels::kSeesawProbePaired);
+  const double l2 = time(0);
   TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
   const int tiles = MlaTimingStep::kKeys / 64;
-  const char* names[] = {"kernel", "loads alone", "kernel, tiles from L2", "paired kernel",
-                         "paired kernel, tiles from L2"};
-  const double us[] = {kernel, loads, l2, paired, l2_paired};
-  for (int i = 0; i < 5; ++i) {
+  const char* names[] = {"kernel", "loads alone", "kernel, tiles from L2"};
+  const double us[] = {kernel, loads, l2};
+  for (int i = 0; i < 3; ++i) {
     std::printf(
         "mla seesaw 128 heads, 64 x 4096 keys, %d items: %s %.1f us (%.0f TFLOP/s; %.2f us per "
         "tile)\n",
@@ -972,47 +961,6 @@ TEST(GpuMlaBench, WgmmaRates) {
     }
     std::printf("\n");
   }
-#endif
-}
-
-}  // namespace
-}  // namespace tripath::gputest
-
-namespace tripath::gputest {
-namespace {
-
-// The paired seesaw kernel's host check (mla_decode_items_pair_up; a host function, so it runs
-// without a GPU): items 2c and 2c + 1 must be the two 64-row blocks of one request, split and key
-// range, ending on the same query token; anything else keeps the single kernel.
-TEST(GpuMlaKernels, SeesawItemsPairUp) {
-#ifdef TRIPATH_WITH_CUDA
-  using kernels::MlaDecodeWorkItem;
-  const std::vector<int32_t> one_token = {1, 1, 2};
-  // 128 heads: request r's blocks at rows 0 and 64; request 2 has 2 tokens (rows 0..255).
-  std::vector<MlaDecodeWorkItem> ok = {{0, -1, 0, 4096, 0, {}},   {0, -1, 0, 4096, 64, {}},
-                                       {1, 0, 0, 1024, 0, {}},    {1, 0, 0, 1024, 64, {}},
-                                       {2, 1, 512, 900, 128, {}}, {2, 1, 512, 900, 192, {}}};
-  EXPECT_TRUE(kernels::mla_decode_items_pair_up(ok.data(), 6, one_token.data(), 128));
-  EXPECT_FALSE(kernels::mla_decode_items_pair_up(ok.data(), 5, one_token.data(), 128));  // odd
-  EXPECT_FALSE(kernels::mla_decode_items_pair_up(ok.data(), 0, one_token.data(), 128));
-  auto broken = [&](auto change) {
-    std::vector<MlaDecodeWorkItem> v = ok;
-    change(v);
-    return kernels::mla_decode_items_pair_up(v.data(), 6, one_token.data(), 128);
-  };
-  EXPECT_FALSE(broken([](auto& v) { v[1].request = 1; }));
-  EXPECT_FALSE(broken([](auto& v) { v[3].split = 1; }));
-  EXPECT_FALSE(broken([](auto& v) { v[3].kv_end = 1023; }));
-  EXPECT_FALSE(broken([](auto& v) { v[3].kv_begin = 64; }));
-  EXPECT_FALSE(broken([](auto& v) { v[1].row_begin = 0; }));
-  // Rows 64..191 of a 2-token request span tokens 0 and 1: different key ranges (causal).
-  EXPECT_FALSE(broken([](auto& v) { v[4].row_begin = 64; v[5].row_begin = 128; }));
-  // 64 heads: one block per token, so a pair would be two tokens.
-  const std::vector<int32_t> two_tokens = {2};
-  std::vector<MlaDecodeWorkItem> h64 = {{0, -1, 0, 100, 0, {}}, {0, -1, 0, 100, 64, {}}};
-  EXPECT_FALSE(kernels::mla_decode_items_pair_up(h64.data(), 2, two_tokens.data(), 64));
-#else
-  GTEST_SKIP() << "built without CUDA";
 #endif
 }
 

@@ -39,7 +39,6 @@
 
 #include <cuda_runtime.h>
 
-#include "common/cluster.cuh"
 #include "common/device_math.cuh"
 #include "common/fragment_softmax.cuh"
 #include "common/mbarrier.cuh"
@@ -65,20 +64,12 @@ struct MlaSeesawConfig {
   static constexpr uint32_t kBytesP = 128 * (kN / 16) * 16;  // a P slot per thread (RS operand)
   static constexpr uint32_t kBytesM = 128 * 8;               // a float2 row max per thread
   // + 1024: the tiles start on a 1024-byte boundary (the swizzle period); then the mbarriers.
-  // Full barriers per stage and panel, then (paired kernel) empty barriers per stage and
-  // releasing warpgroup.
-  static constexpr size_t kSmemBytes = 1024 + kBytesQ + kStages * kBytesTile + kBytesP + kBytesM +
-                                       8 * kStages * kPanels + 8 * kStages * 2;
+  static constexpr size_t kSmemBytes =
+      1024 + kBytesQ + kStages * kBytesTile + kBytesP + kBytesM + 8 * kStages * kPanels;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
-// kPair (TRIPATH_MLA_WGMMA=5): launched in clusters of two CTAs whose items are the two 64-row
-// blocks of one request and key range (the host checks), so both read the same tiles: each
-// tile's boxes are split between the two, each issuing its half by TMA multicast into both
-// shared memories, which halves the bytes out of L2 (run k1: 604 MB at ~6 TB/s for the loads
-// alone). A panel group is refilled only once both CTAs' last readers are done with it: the
-// releasing warpgroup arrives on the peer's empty barrier of that group, then waits on its own.
-template <int kProbe, bool kPair = false>
+template <int kProbe>
 __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     mla_decode_seesaw_kernel(const __grid_constant__ MlaDecodeParams p,
                              const __grid_constant__ MlaLatentMap map, uint32_t* trace) {
@@ -111,7 +102,6 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
   uint4* sP = reinterpret_cast<uint4*>(sT + Cfg::kStages * Cfg::kBytesTile);  // [kN / 16][128]
   float2* sM = reinterpret_cast<float2*>(sP + (kN / 16) * 128);               // [128]
   uint64_t* full = reinterpret_cast<uint64_t*>(sM + 128);  // [kStages][kPanels]
-  uint64_t* empty = full + Cfg::kStages * Cfg::kPanels;    // [kStages][2] (kPair)
   const uint32_t aQ = raw_addr + pad;
   const uint32_t aT = aQ + Cfg::kBytesQ;
 
@@ -131,18 +121,9 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
   const int num_tiles = span.key_hi > span.key_lo ? (span.key_hi - tile0 + kN - 1) / kN : 0;
   if (tid == 0) {
     for (int b = 0; b < Cfg::kStages * kP; ++b) mbarrier::init(&full[b], 1);
-    if constexpr (kPair) {
-      for (int b = 0; b < Cfg::kStages * 2; ++b) mbarrier::init(&empty[b], 1);  // the peer's
-    }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
-  // Paired: the peer's barriers are initialized before any multicast or remote arrival.
-  if constexpr (kPair) {
-    cluster::sync();
-  } else {
-    __syncthreads();
-  }
-  const uint32_t rank = kPair ? cluster::ctarank() : 0u;
+  __syncthreads();
   // Tile j's panels [p0, p1) (and panel 8 if `rope`): the boxes of every cache block with a key
   // below key_hi, each panel counting its bytes on its own barrier. Called by a whole warp, each
   // lane issuing some of the (panel, box) copies: at block size 16 a pair's 72 boxes from one
@@ -168,31 +149,12 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       const int pi = idx / tile_boxes;
       const int pk = pi < p1 - p0 ? p0 + pi : kP - 1;
       if (my_box == 0) mbarrier::arrive_expect_tx(&full[st * kP + pk], bytes);
-      if constexpr (kPair) {
-        // This CTA's half of the (panel, box) copies, into both CTAs.
-        if (my_box < boxes && uint32_t(idx & 1) == rank)
-          tma::load_3d_multicast(dst + pk * kPB + r0 * 128, &map.map, pk * 64, slot, block,
-                                 &full[st * kP + pk], uint16_t(3));
-      } else {
-        if (my_box < boxes)
-          tma::load_3d(dst + pk * kPB + r0 * 128, &map.map, pk * 64, slot, block,
-                       &full[st * kP + pk]);
-      }
+      if (my_box < boxes)
+        tma::load_3d(dst + pk * kPB + r0 * 128, &map.map, pk * 64, slot, block,
+                     &full[st * kP + pk]);
     }
   };
   auto parity = [](int j) { return uint32_t((j / Cfg::kStages) & 1); };
-  // The refill of tile j's panels [p0, p1) (+ 8 if rope) with tile j + 2 (block: this lane's
-  // block number of it), by warp 0 of warpgroup `wg` once this CTA's last reader of them is done.
-  // Paired: first the peer's last reader too (its arrival on this CTA's empty barrier of the
-  // stage and warpgroup), after this CTA's arrival on the peer's.
-  auto refill = [&](int j, int block, int p0, int p1, bool rope) {
-    if constexpr (kPair) {
-      uint64_t* bar = &empty[(j % Cfg::kStages) * 2 + wg];
-      if (lane == 0) cluster::arrive_remote(bar, rank ^ 1u);
-      mbarrier::wait(bar, parity(j));
-    }
-    issue(j + 2, block, p0, p1, rope);
-  };
   if (warp == 0) {
     if (wg == 0 && num_tiles > 0) issue(0, block_of(0), 0, kP, false);
     if (wg == 1 && num_tiles > 1) issue(1, block_of(1), 0, kP, false);
@@ -342,7 +304,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       wgmma::wait<0>();
       wgmma::fence_operands(o);
       stamp(t, 4);
-      if (warp == 0 && j0 + 2 < num_tiles) refill(j0, next0, 0, 4, true);
+      if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 0, 4, true);
       if (has1) {
         named_barrier_sync(kBarP1, Cfg::kThreads);
         stamp(t, 5);
@@ -374,7 +336,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         if (has1) {
           wgmma::wait<1>();
           stamp(t, 8);
-          if (warp == 0 && j1 + 2 < num_tiles) refill(j1, next1, 0, 4, false);
+          if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 0, 4, false);
         }
         s_gemm(j0 + 2, kOrder0, 5, kP);
         wgmma::wait<0>();  // inside the branch: a wait after it made ptxas serialize (C7515)
@@ -435,7 +397,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         named_barrier_arrive(kBarP1, Cfg::kThreads);
         stamp(t, 5);
         // Stage j0's panels 4-7 (read last by P0 V0_R) for tile j0 + 2.
-        if (warp == 0 && j0 + 2 < num_tiles) refill(j0, next0, 4, 8, false);
+        if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 4, 8, false);
         if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
         zero_tail(j1);
         pv_gemm(j1, pr);
@@ -444,7 +406,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         wgmma::wait<0>();
         wgmma::fence_operands(o);
         stamp(t, 7);
-        if (warp == 0 && j1 + 2 < num_tiles) refill(j1, next1, 4, 8, true);
+        if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 4, 8, true);
         if (j1 + 2 < num_tiles) {
           s_gemm(j1 + 2, kOrder1, 0, kP);
           stamp(t, 8);
@@ -505,8 +467,6 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       if (wg == 0 && lane % 4 == 0) p.partial_lse[prow] = lse;
     }
   }
-  // Paired: neither CTA leaves while the other may still address its shared memory.
-  if constexpr (kPair) cluster::sync();
 #else
   __trap();  // built without sm_90a: the backend never launches it there
 #endif

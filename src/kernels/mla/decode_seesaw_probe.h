@@ -16,8 +16,6 @@ enum MlaSeesawProbe : int {
   kSeesawProbeNone = 0,
   kSeesawProbeLoadsOnly = 1,
   kSeesawProbeTrace = 2,
-  kSeesawProbePaired = 3,       // the paired (cluster, multicast) kernel; items must pair up
-  kSeesawProbePairedTrace = 4,  // and its trace
 };
 inline constexpr int kSeesawTraceEvents = 10;
 inline constexpr int kSeesawTracePairs = 32;

@@ -43,18 +43,12 @@ cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap
                                     cudaStream_t stream);
 // The seesaw form of the wgmma kernel (decode_seesaw.cuh: the two warpgroups each compute S of
 // every other tile; TMA loads, so `map` from make_mla_latent_map). Same items and outputs.
-// paired: clusters of two CTAs, items 2c and 2c + 1 of the same request and key range and the
-// same last query token (mla_decode_items_pair_up), each tile multicast to both.
 cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
-                                     bool paired, cudaStream_t stream);
-// Whether consecutive items pair up for the paired seesaw kernel (64-row blocks of `heads`).
-bool mla_decode_items_pair_up(const MlaDecodeWorkItem* items, int32_t num_items,
-                              const int32_t* query_lens, int heads);
+                                     cudaStream_t stream);
 // Timing probe of the seesaw kernel (outputs meaningless): 1 its loads alone (waits, refills,
 // hand-offs), 2 the kernel writing its per-pair event clocks to `trace` (decode_seesaw.cuh:
-// kSeesawProbeTrace; [2 blocks][2 warpgroups][32 pairs][10 events]), 3 / 4 the same two for
-// the paired kernel (items must pair up), else the kernel. Only the opt-in GPU timing test calls
-// it.
+// kSeesawProbeTrace; [2 blocks][2 warpgroups][32 pairs][10 events]), else the kernel. Only the
+// opt-in GPU timing test calls it.
 cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLatentMap& map,
                                            int probe, uint32_t* trace, cudaStream_t stream);
 // Timing probe of the wgmma kernel (cp.async loads; outputs meaningless): 1 its loads alone,

@@ -40,8 +40,8 @@ struct MlaGpuCase {
   bool lse = true;
   int wgmma = 0;     // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
                      // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
-                     // padded to 64), 4 the seesaw kernel (TMA) for 64-row steps, 0 the mma.sync
-                     // one
+                     // padded to 64), 4 the seesaw kernel (TMA) for 64-row steps, 5 the same with
+                     // refills issued by all four warps, 0 the mma.sync one
   bool pdl = false;  // TRIPATH_PDL=1: decode kernel and merge as programmatic dependents
   std::vector<ReqShape> reqs;
 };
@@ -370,12 +370,14 @@ std::vector<MlaGpuCase> all_cases() {
   // key_hi (its value rows zeroed), blocks of 16 (4 boxes per panel) and 64, the in-block causal
   // mask, direct and partial outputs, no LSE.
   add_wgmma(every_shape, 4, "mla_seesaw_");
+  // The same kernel with each refill's boxes issued by all four warps (TRIPATH_MLA_WGMMA=5).
+  add_wgmma(every_shape, 5, "mla_seesaw_wide_");
   // TRIPATH_PDL=1 (decode kernel and merge as programmatic dependents): the packed kernel at
   // 16 heads (one and several tokens, fp8, a mixed step) and the wgmma kernel at 128.
   for (const MlaGpuCase& m : std::vector<MlaGpuCase>(out)) {
     for (const char* name : {"mla_decode_h16", "mla_threshold4_h16", "mla_fp8_decode_h16",
                              "mla_mixed_h16", "mla_wgmma_decode_h128", "mla_wgmma_mixed_h128",
-                             "mla_seesaw_decode_h128"}) {
+                             "mla_seesaw_decode_h128", "mla_seesaw_wide_decode_h128"}) {
       if (m.name != name) continue;
       MlaGpuCase k = m;
       k.pdl = true;
@@ -628,12 +630,12 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
 #endif
 }
 
-// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 4), 0, 1, 2, 3 or 4: anything else is
+// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 4), 0, 1, 2, 3, 4 or 5: anything else is
 // an error naming it.
 TEST(GpuMlaErrors, WgmmaVariable) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  for (const char* bad : {"5", "yes", "10"}) {
+  for (const char* bad : {"6", "yes", "10"}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", bad);
     try {
       create_mla_backend("mla");
@@ -642,7 +644,7 @@ TEST(GpuMlaErrors, WgmmaVariable) {
       EXPECT_NE(std::string(e.what()).find("TRIPATH_MLA_WGMMA"), std::string::npos) << e.what();
     }
   }
-  for (const char* ok : {"0", "1", "2", "3", "4", ""}) {
+  for (const char* ok : {"0", "1", "2", "3", "4", "5", ""}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", ok);
     EXPECT_NO_THROW(create_mla_backend("mla")) << "TRIPATH_MLA_WGMMA=" << ok;
   }
@@ -712,13 +714,14 @@ bool mla_bench_enabled() {
 // [-1, 1); each request cut in `splits` equal key ranges, each range in items of `rows_per_item`
 // packed rows (the heads), as the mla backend lays them out.
 struct MlaTimingStep {
-  static constexpr int kReqs = 64, kKeys = 4096, kBlock = 64;
+  static constexpr int kReqs = 64, kKeys = 4096;
+  const int block;  // keys per cache block (a power of two)
   DeviceMem q, cache, out, lse, part_out, part_lse, bt, cu, ctx, items;
   kernels::MlaDecodeParams p{};
   double bytes = 0.0, flops = 0.0;
 
-  MlaTimingStep(int heads, int splits, int rows_per_item) {
-    constexpr int kBlocksPerReq = kKeys / kBlock;
+  MlaTimingStep(int heads, int splits, int rows_per_item, int block_size = 64) : block(block_size) {
+    const int kBlocksPerReq = kKeys / block;
     const int num_blocks = kReqs * kBlocksPerReq;
     std::mt19937 rng(7);
     std::vector<int32_t> table(static_cast<size_t>(num_blocks));
@@ -736,7 +739,7 @@ struct MlaTimingStep {
       return v;
     };
     q.upload(bf16_bits(size_t(kReqs) * heads * kernels::kMlaEntry));
-    cache.upload(bf16_bits(size_t(num_blocks) * kBlock * kernels::kMlaEntry));
+    cache.upload(bf16_bits(size_t(num_blocks) * block * kernels::kMlaEntry));
     out.resize(size_t(kReqs) * heads * kernels::kMlaLatent * 2);
     lse.resize(size_t(kReqs) * heads * 4);
     part_out.resize(size_t(splits) * kReqs * heads * kernels::kMlaLatent * 4);
@@ -766,14 +769,15 @@ struct MlaTimingStep {
     p.num_tokens = kReqs;
     p.num_heads = heads;
     p.max_blocks_per_request = kBlocksPerReq;
-    p.block_size = kBlock;
-    p.log2_block_size = 6;
+    p.block_size = block;
+    p.log2_block_size = 0;
+    while ((1 << p.log2_block_size) < block) ++p.log2_block_size;
     p.scale_log2 = 1.4426950408889634f / std::sqrt(192.0f);
     p.out_scale = 1.0f;
     bytes = double(kReqs) * kKeys * kernels::kMlaEntry * 2;
     flops = 2.0 * kReqs * kKeys * heads * double(kernels::kMlaEntry + kernels::kMlaLatent);
   }
-  int num_blocks() const { return kReqs * (kKeys / kBlock); }
+  int num_blocks() const { return kReqs * (kKeys / block); }
   // Every table entry -> block 0: the kernel's tiles then come out of L2 (no HBM traffic).
   void point_all_at_block0() {
     bt.upload(std::vector<int32_t>(static_cast<size_t>(num_blocks()), 0));
@@ -850,61 +854,68 @@ TEST(GpuMlaBench, SeesawParts) {
   if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
-  MlaTimingStep step(128, 1, kernels::kMlaWgmmaRows);
-  kernels::MlaLatentMap map{};
-  ASSERT_TRUE(kernels::make_mla_latent_map(step.p.cache, step.num_blocks(), MlaTimingStep::kBlock,
-                                           &map));
-  auto time = [&](int probe) {
-    return median_launch_us([&] {
-      EXPECT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, probe, nullptr, nullptr),
+  using namespace kernels;
+  for (int block : {64, 16}) {
+    MlaTimingStep step(128, 1, kMlaWgmmaRows, block);
+    MlaLatentMap map{};
+    ASSERT_TRUE(make_mla_latent_map(step.p.cache, step.num_blocks(), block, &map));
+    auto time = [&](int probe) {
+      return median_launch_us([&] {
+        EXPECT_EQ(launch_mla_decode_seesaw_probe(step.p, map, probe, nullptr, nullptr),
+                  cudaSuccess);
+      });
+    };
+    const double kernel = time(kSeesawProbeNone), wide = time(kSeesawProbeWide),
+                 loads = time(kSeesawProbeLoadsOnly);
+    // The event clocks of blocks 0 and 1 (the two row blocks of request 0), steady pairs only.
+    auto trace_of = [&](int probe, const char* label) {
+      constexpr int kB = kSeesawTraceBlocks, kT = kSeesawTracePairs, kE = kSeesawTraceEvents;
+      DeviceMem trace;
+      trace.resize(size_t(kB) * 2 * kT * kE * 4);
+      ASSERT_EQ(launch_mla_decode_seesaw_probe(step.p, map, probe,
+                                               static_cast<uint32_t*>(trace.get()), nullptr),
                 cudaSuccess);
-    });
-  };
-  const double kernel = time(0), loads = time(1);
-  // The event clocks of blocks 0 and 1 (the two row blocks of request 0), steady pairs only.
-  constexpr int kB = kernels::kSeesawTraceBlocks, kT = kernels::kSeesawTracePairs,
-                kE = kernels::kSeesawTraceEvents;
-  DeviceMem trace;
-  trace.resize(size_t(kB) * 2 * kT * kE * 4);
-  ASSERT_EQ(kernels::launch_mla_decode_seesaw_probe(step.p, map, kernels::kSeesawProbeTrace,
-                                                    static_cast<uint32_t*>(trace.get()), nullptr),
-            cudaSuccess);
-  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
-  std::vector<uint32_t> clocks(size_t(kB) * 2 * kT * kE);
-  TRIPATH_TEST_CUDA(cudaMemcpy(clocks.data(), trace.get(), clocks.size() * 4,
-                               cudaMemcpyDeviceToHost));
-  const char* events[2][kE] = {
-      {"top", "softmax done", "P0 handed", "P0 V0_L issued", "P0 V0_L done", "P1 taken",
-       "P1 V1_L issued", "S0' panels 0-3,8 issued", "P1 V1_L done", "S0' done"},
-      {"top", "P0 taken", "P0 V0_R issued", "softmax done", "P0 V0_R done", "P1 handed",
-       "P1 V1_R issued", "P1 V1_R done", "S1' issued", "S1' done"}};
-  auto at = [&](int b, int w, int t, int e) { return clocks[((b * 2 + w) * kT + t) * kE + e]; };
-  for (int b = 0; b < kB; ++b) {
-    double period = 0.0;
-    for (int t = 2; t < kT - 2; ++t) period += int32_t(at(b, 0, t + 1, 0) - at(b, 0, t, 0));
-    std::printf("mla seesaw trace, block %d: %.0f clocks per pair (pairs 2..%d)\n", b,
-                period / (kT - 4), kT - 3);
-    for (int w = 0; w < 2; ++w) {
-      std::printf("  wg%d:", w);
-      for (int e = 0; e < kE; ++e) {
-        double mean = 0.0;
-        for (int t = 2; t < kT - 2; ++t) mean += int32_t(at(b, w, t, e) - at(b, 0, t, 0));
-        std::printf(" %s %.0f%s", events[w][e], mean / (kT - 4), e + 1 < kE ? ";" : "\n");
+      TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+      std::vector<uint32_t> clocks(size_t(kB) * 2 * kT * kE);
+      TRIPATH_TEST_CUDA(cudaMemcpy(clocks.data(), trace.get(), clocks.size() * 4,
+                                   cudaMemcpyDeviceToHost));
+      const char* events[2][kE] = {
+          {"top", "softmax done", "P0 handed", "P0 V0_L issued", "P0 V0_L done", "P1 taken",
+           "P1 V1_L issued", "S0' panels 0-3,8 issued", "P1 V1_L done", "S0' done"},
+          {"top", "P0 taken", "P0 V0_R issued", "softmax done", "P0 V0_R done", "P1 handed",
+           "P1 V1_R issued", "P1 V1_R done", "S1' issued", "S1' done"}};
+      auto at = [&](int b, int w, int t, int e) { return clocks[((b * 2 + w) * kT + t) * kE + e]; };
+      for (int b = 0; b < kB; ++b) {
+        double period = 0.0;
+        for (int t = 2; t < kT - 2; ++t) period += int32_t(at(b, 0, t + 1, 0) - at(b, 0, t, 0));
+        std::printf("mla seesaw%s, blocks of %d, trace of block %d: %.0f clocks per pair (pairs "
+                    "2..%d)\n", label, block, b, period / (kT - 4), kT - 3);
+        for (int w = 0; w < 2; ++w) {
+          std::printf("  wg%d:", w);
+          for (int e = 0; e < kE; ++e) {
+            double mean = 0.0;
+            for (int t = 2; t < kT - 2; ++t) mean += int32_t(at(b, w, t, e) - at(b, 0, t, 0));
+            std::printf(" %s %.0f%s", events[w][e], mean / (kT - 4), e + 1 < kE ? ";" : "\n");
+          }
+        }
       }
+    };
+    trace_of(kSeesawProbeTrace, "");
+    trace_of(kSeesawProbeWideTrace, " (wide issue)");
+    step.point_all_at_block0();
+    const double l2 = time(kSeesawProbeNone), l2_wide = time(kSeesawProbeWide);
+    TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+    const int tiles = MlaTimingStep::kKeys / 64;
+    const char* names[] = {"kernel", "wide-issue kernel", "loads alone", "kernel, tiles from L2",
+                           "wide-issue kernel, tiles from L2"};
+    const double us[] = {kernel, wide, loads, l2, l2_wide};
+    for (int i = 0; i < 5; ++i) {
+      std::printf(
+          "mla seesaw 128 heads, 64 x 4096 keys, blocks of %d, %d items: %s %.1f us (%.0f "
+          "TFLOP/s; %.2f us per tile)\n",
+          block, step.p.num_items, names[i], us[i], step.flops / us[i] * 1e-6, us[i] / tiles);
+      EXPECT_GT(us[i], 0.0);
     }
-  }
-  step.point_all_at_block0();
-  const double l2 = time(0);
-  TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
-  const int tiles = MlaTimingStep::kKeys / 64;
-  const char* names[] = {"kernel", "loads alone", "kernel, tiles from L2"};
-  const double us[] = {kernel, loads, l2};
-  for (int i = 0; i < 3; ++i) {
-    std::printf(
-        "mla seesaw 128 heads, 64 x 4096 keys, %d items: %s %.1f us (%.0f TFLOP/s; %.2f us per "
-        "tile)\n",
-        step.p.num_items, names[i], us[i], step.flops / us[i] * 1e-6, us[i] / tiles);
-    EXPECT_GT(us[i], 0.0);
   }
 #endif
 }

@@ -8,24 +8,25 @@ namespace tripath::kernels {
 
 namespace {
 
-template <int kProbe>
+template <int kProbe, bool kWide = false>
 cudaError_t launch_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map, uint32_t* trace,
                           cudaStream_t stream) {
   if (p.num_items == 0) return cudaSuccess;
   if (map.rows < 8) return cudaErrorInvalidValue;  // the backend passes a made map only
   const int smem = static_cast<int>(MlaSeesawConfig::kSmemBytes);
-  const cudaError_t e = cudaFuncSetAttribute(mla_decode_seesaw_kernel<kProbe>,
+  const cudaError_t e = cudaFuncSetAttribute(mla_decode_seesaw_kernel<kProbe, kWide>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
   if (e != cudaSuccess) return e;
-  return launch_kernel(p.pdl != 0, mla_decode_seesaw_kernel<kProbe>, dim3(p.num_items),
+  return launch_kernel(p.pdl != 0, mla_decode_seesaw_kernel<kProbe, kWide>, dim3(p.num_items),
                        dim3(MlaSeesawConfig::kThreads), smem, stream, p, map, trace);
 }
 
 }  // namespace
 
 cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
-                                     cudaStream_t stream) {
-  return launch_seesaw<kSeesawProbeNone>(p, map, nullptr, stream);
+                                     bool wide_issue, cudaStream_t stream) {
+  return wide_issue ? launch_seesaw<kSeesawProbeNone, true>(p, map, nullptr, stream)
+                    : launch_seesaw<kSeesawProbeNone>(p, map, nullptr, stream);
 }
 
 cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLatentMap& map,
@@ -35,6 +36,11 @@ cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLa
       return launch_seesaw<kSeesawProbeLoadsOnly>(p, map, nullptr, stream);
     case kSeesawProbeTrace:
       return trace != nullptr ? launch_seesaw<kSeesawProbeTrace>(p, map, trace, stream)
+                              : cudaErrorInvalidValue;
+    case kSeesawProbeWide:
+      return launch_seesaw<kSeesawProbeNone, true>(p, map, nullptr, stream);
+    case kSeesawProbeWideTrace:
+      return trace != nullptr ? launch_seesaw<kSeesawProbeTrace, true>(p, map, trace, stream)
                               : cudaErrorInvalidValue;
     default:
       return launch_seesaw<kSeesawProbeNone>(p, map, nullptr, stream);

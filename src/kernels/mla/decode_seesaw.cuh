@@ -69,7 +69,11 @@ struct MlaSeesawConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
-template <int kProbe>
+// kWideIssue (TRIPATH_MLA_WGMMA=5): a refill's boxes are issued by all four warps of the
+// warpgroup, not by its warp 0 alone: a warp issues its lanes' TMA copies one after another, and
+// at blocks of 16 a tile is 36 boxes (9 at blocks of 64; run k2: mla-decode-4k 171 us at 16
+// against 153 at 64), while the warpgroup's next wgmma waits for all four warps.
+template <int kProbe, bool kWideIssue = false>
 __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     mla_decode_seesaw_kernel(const __grid_constant__ MlaDecodeParams p,
                              const __grid_constant__ MlaLatentMap map, uint32_t* trace) {
@@ -131,7 +135,13 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
   // against 208 us for the plain kernel). A lane always issues box lane % tile_boxes of a panel
   // (tile_boxes divides 32), so its block number (`block_of`) is loaded once per tile, ahead.
   const int tile_boxes = kN / map.rows;  // 1, 2, 4 or 8
-  const int my_box = lane % tile_boxes;
+  // This thread's first (panel, box) index and stride: a lane of warp 0 (lane, 32), or, wide,
+  // consecutive indices spread over the four warps (lane * 4 + warp, 128). Both strides are
+  // multiples of tile_boxes, so the thread's box within a panel never changes.
+  const int idx0 = kWideIssue ? lane * 4 + warp : lane;
+  constexpr int kIdxStride = kWideIssue ? 128 : 32;
+  const bool issuer = kWideIssue || warp == 0;  // this thread's warp issues refills
+  const int my_box = idx0 % tile_boxes;
   auto block_of = [&](int j) {
     const int kabs = tile0 + j * kN + my_box * map.rows;
     return j < num_tiles && kabs < span.key_hi ? span.table[kabs >> p.log2_block_size] : 0;
@@ -145,7 +155,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     const int panels = p1 - p0 + (rope ? 1 : 0);
     const int r0 = my_box * map.rows;
     const int slot = (tile_start + r0) & (p.block_size - 1);
-    for (int idx = lane; idx < panels * tile_boxes; idx += 32) {
+    for (int idx = idx0; idx < panels * tile_boxes; idx += kIdxStride) {
       const int pi = idx / tile_boxes;
       const int pk = pi < p1 - p0 ? p0 + pi : kP - 1;
       if (my_box == 0) mbarrier::arrive_expect_tx(&full[st * kP + pk], bytes);
@@ -155,7 +165,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     }
   };
   auto parity = [](int j) { return uint32_t((j / Cfg::kStages) & 1); };
-  if (warp == 0) {
+  if (issuer) {
     if (wg == 0 && num_tiles > 0) issue(0, block_of(0), 0, kP, false);
     if (wg == 1 && num_tiles > 1) issue(1, block_of(1), 0, kP, false);
   }
@@ -284,8 +294,8 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       stamp(t, 0);
       // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
       // now so their latency passes under the softmax.
-      const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
-      const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
+      const int next0 = issuer ? block_of(j0 + 2) : 0;
+      const int next1 = issuer ? block_of(j1 + 2) : 0;
       float alpha[2];
       softmax(j0, alpha);
       stamp(t, 1);
@@ -304,7 +314,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       wgmma::wait<0>();
       wgmma::fence_operands(o);
       stamp(t, 4);
-      if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 0, 4, true);
+      if (issuer && j0 + 2 < num_tiles) issue(j0 + 2, next0, 0, 4, true);
       if (has1) {
         named_barrier_sync(kBarP1, Cfg::kThreads);
         stamp(t, 5);
@@ -336,7 +346,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         if (has1) {
           wgmma::wait<1>();
           stamp(t, 8);
-          if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 0, 4, false);
+          if (issuer && j1 + 2 < num_tiles) issue(j1 + 2, next1, 0, 4, false);
         }
         s_gemm(j0 + 2, kOrder0, 5, kP);
         wgmma::wait<0>();  // inside the branch: a wait after it made ptxas serialize (C7515)
@@ -356,8 +366,8 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
       stamp(t, 0);
       // The block numbers of this lane's boxes of the pair's refills (tiles j0 + 2, j1 + 2), loaded
       // now so their latency passes under the softmax.
-      const int next0 = warp == 0 ? block_of(j0 + 2) : 0;
-      const int next1 = warp == 0 ? block_of(j1 + 2) : 0;
+      const int next0 = issuer ? block_of(j0 + 2) : 0;
+      const int next1 = issuer ? block_of(j1 + 2) : 0;
       float alpha[2];
       named_barrier_sync(kBarP0, Cfg::kThreads);
       stamp(t, 1);
@@ -397,7 +407,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         named_barrier_arrive(kBarP1, Cfg::kThreads);
         stamp(t, 5);
         // Stage j0's panels 4-7 (read last by P0 V0_R) for tile j0 + 2.
-        if (warp == 0 && j0 + 2 < num_tiles) issue(j0 + 2, next0, 4, 8, false);
+        if (issuer && j0 + 2 < num_tiles) issue(j0 + 2, next0, 4, 8, false);
         if (!warp_rescale_is_identity(alpha[0], alpha[1])) fragment_scale_rows<kHalf>(o, alpha);
         zero_tail(j1);
         pv_gemm(j1, pr);
@@ -406,7 +416,7 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
         wgmma::wait<0>();
         wgmma::fence_operands(o);
         stamp(t, 7);
-        if (warp == 0 && j1 + 2 < num_tiles) issue(j1 + 2, next1, 4, 8, true);
+        if (issuer && j1 + 2 < num_tiles) issue(j1 + 2, next1, 4, 8, true);
         if (j1 + 2 < num_tiles) {
           s_gemm(j1 + 2, kOrder1, 0, kP);
           stamp(t, 8);

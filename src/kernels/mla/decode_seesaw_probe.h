@@ -16,6 +16,8 @@ enum MlaSeesawProbe : int {
   kSeesawProbeNone = 0,
   kSeesawProbeLoadsOnly = 1,
   kSeesawProbeTrace = 2,
+  kSeesawProbeWide = 3,       // the kWideIssue kernel (refill boxes from all four warps)
+  kSeesawProbeWideTrace = 4,  // and its trace
 };
 inline constexpr int kSeesawTraceEvents = 10;
 inline constexpr int kSeesawTracePairs = 32;

@@ -33,10 +33,9 @@ std::vector<VariantVariable> variant_variables() {
       {"TRIPATH_MLA_WGMMA", "mla",
        "1: wgmma decode kernel for 64-row steps on a bf16 cache; 2: the same with TMA loads; "
        "3: wgmma (TMA) on every bf16 step, rows padded to 64; 4: the seesaw wgmma kernel (both "
-       "warpgroups compute S, of alternate tiles; TMA) for 64-row steps; 5: the seesaw kernel "
-       "with each refill's TMA boxes issued by all four warps of a warpgroup; 0: the mma.sync "
-       "packed kernel",
-       5, 4, ""}};
+       "warpgroups compute S, of alternate tiles; TMA) for 64-row steps; 0: the mma.sync packed "
+       "kernel",
+       4, 4, ""}};
   for (VariantVariable& v : out) {
     const char* value = std::getenv(v.name.c_str());
     if (value != nullptr) v.value = value;

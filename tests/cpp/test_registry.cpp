@@ -416,8 +416,8 @@ TEST(Registry, ReadVariantParsesAndRejects) {
         Bad{"TRIPATH_FLASH_OVERLAP", "05", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13"},
         Bad{"TRIPATH_FLASH_OVERLAP", "-1", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13"},
         Bad{"TRIPATH_FLASH_OVERLAP", "4x", "unset, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 or 13"},
-        Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0, 1, 2, 3, 4 or 5"},
-        Bad{"TRIPATH_MLA_WGMMA", "6", "unset, 0, 1, 2, 3, 4 or 5"},
+        Bad{"TRIPATH_MLA_WGMMA", "yes", "unset, 0, 1, 2, 3 or 4"},
+        Bad{"TRIPATH_MLA_WGMMA", "5", "unset, 0, 1, 2, 3 or 4"},
         Bad{"TRIPATH_FLASH_TMA", "3", "unset, 0, 1 or 2"}, Bad{"TRIPATH_PDL", "2", "unset, 0 or 1"},
         Bad{"TRIPATH_PDL", "on", "unset, 0 or 1"}}) {
     ScopedEnv env(b.name, b.value);

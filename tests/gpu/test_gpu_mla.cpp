@@ -40,8 +40,8 @@ struct MlaGpuCase {
   bool lse = true;
   int wgmma = 0;     // mla's TRIPATH_MLA_WGMMA: 1 (the default) the Hopper decode kernel for
                      // 64-row steps, 2 the same with TMA loads, 3 wgmma (TMA) on every step (rows
-                     // padded to 64), 4 the seesaw kernel (TMA) for 64-row steps, 5 the same with
-                     // refills issued by all four warps, 0 the mma.sync one
+                     // padded to 64), 4 the seesaw kernel (TMA) for 64-row steps, 0 the mma.sync
+                     // one
   bool pdl = false;  // TRIPATH_PDL=1: decode kernel and merge as programmatic dependents
   std::vector<ReqShape> reqs;
 };
@@ -369,15 +369,14 @@ std::vector<MlaGpuCase> all_cases() {
   // loads) on every 64+-row shape above: odd and even tile counts, an item's last tile cut at
   // key_hi (its value rows zeroed), blocks of 16 (4 boxes per panel) and 64, the in-block causal
   // mask, direct and partial outputs, no LSE.
+  // (Blocks of 16 run its four-warp refill issue, blocks of 64 its warp-0 one.)
   add_wgmma(every_shape, 4, "mla_seesaw_");
-  // The same kernel with each refill's boxes issued by all four warps (TRIPATH_MLA_WGMMA=5).
-  add_wgmma(every_shape, 5, "mla_seesaw_wide_");
   // TRIPATH_PDL=1 (decode kernel and merge as programmatic dependents): the packed kernel at
   // 16 heads (one and several tokens, fp8, a mixed step) and the wgmma kernel at 128.
   for (const MlaGpuCase& m : std::vector<MlaGpuCase>(out)) {
     for (const char* name : {"mla_decode_h16", "mla_threshold4_h16", "mla_fp8_decode_h16",
                              "mla_mixed_h16", "mla_wgmma_decode_h128", "mla_wgmma_mixed_h128",
-                             "mla_seesaw_decode_h128", "mla_seesaw_wide_decode_h128"}) {
+                             "mla_seesaw_decode_h128"}) {
       if (m.name != name) continue;
       MlaGpuCase k = m;
       k.pdl = true;
@@ -630,12 +629,12 @@ TEST(GpuMlaGraph, DecodeCaptureAndReplay) {
 #endif
 }
 
-// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 4), 0, 1, 2, 3, 4 or 5: anything else is
+// TRIPATH_MLA_WGMMA takes unset, empty (both the default, 4), 0, 1, 2, 3 or 4: anything else is
 // an error naming it.
 TEST(GpuMlaErrors, WgmmaVariable) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
-  for (const char* bad : {"6", "yes", "10"}) {
+  for (const char* bad : {"5", "yes", "10"}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", bad);
     try {
       create_mla_backend("mla");
@@ -644,7 +643,7 @@ TEST(GpuMlaErrors, WgmmaVariable) {
       EXPECT_NE(std::string(e.what()).find("TRIPATH_MLA_WGMMA"), std::string::npos) << e.what();
     }
   }
-  for (const char* ok : {"0", "1", "2", "3", "4", "5", ""}) {
+  for (const char* ok : {"0", "1", "2", "3", "4", ""}) {
     ScopedEnv env("TRIPATH_MLA_WGMMA", ok);
     EXPECT_NO_THROW(create_mla_backend("mla")) << "TRIPATH_MLA_WGMMA=" << ok;
   }

@@ -9,15 +9,15 @@
 //        writes the output directly, otherwise partial states and the merge kernel. 64-row
 //        steps on a bf16 cache run the seesaw wgmma kernel (decode_seesaw.cuh, the default
 //        TRIPATH_MLA_WGMMA=4: 169 against 207 us for =1 on mla-decode-4k at 128 heads, H200 run
-//        j3), TMA tile loads. =1 runs the first wgmma kernel (decode_wgmma.cuh; 1.66x the
+//        j3; 154 us since its refills at blocks under 64 keys are issued by four warps, run k6),
+//        TMA tile loads. =1 runs the first wgmma kernel (decode_wgmma.cuh; 1.66x the
 //        mma.sync one at 128 heads on the H200), cp.async tile loads; TRIPATH_MLA_WGMMA=0
 //        keeps mma.sync there, =2 loads wgmma's tiles by TMA (measured 3% slower: the
 //        kernel waits on its barriers, not its loads), =3 runs wgmma (TMA) on
 //        every bf16 step, a request's rows under 64 padded (its items are the same: with at
 //        most 64 rows a request has one row block whatever the block height), =4 runs the
 //        seesaw form on the 64-row steps (decode_seesaw.cuh: each warpgroup computes S of every
-//        other tile; TMA loads; the plain kernel where no latent map can be made), =5 the
-//        same with each refill's TMA boxes issued by all four warps. TRIPATH_PDL=1
+//        other tile; TMA loads; the plain kernel where no latent map can be made). TRIPATH_PDL=1
 //        launches the decode kernel and its merge as programmatic dependents.
 // Extend and prefill (non-absorbed, q/k 192, v 128), in passes over a bounded workspace: every
 // request's keys are cut into pieces (context pieces of at most `chunk` tokens, then its own new
@@ -141,13 +141,12 @@ struct Piece {
 class CudaMlaBackend final : public MlaBackend {
  public:
   explicit CudaMlaBackend(MlaKind kind) : kind_(kind) {
-    // Read once, at creation (read_variant: unset takes 4; anything but 0-5 is an error).
+    // Read once, at creation (read_variant: unset takes 4; anything but 0-4 is an error).
     const int wgmma = read_variant("TRIPATH_MLA_WGMMA");
     wgmma_decode_ = wgmma >= 1 && kind_ == MlaKind::kPacked;
     wgmma_tma_ = wgmma >= 2;
     wgmma_all_rows_ = wgmma == 3;
-    wgmma_seesaw_ = wgmma >= 4;
-    seesaw_wide_issue_ = wgmma == 5;
+    wgmma_seesaw_ = wgmma == 4;
     pdl_ = read_variant("TRIPATH_PDL") == 1 && kind_ == MlaKind::kPacked;
   }
   ~CudaMlaBackend() override {
@@ -279,7 +278,7 @@ class CudaMlaBackend final : public MlaBackend {
         map = &latent_map_;
       }
       if (wgmma_seesaw_ && map != nullptr) {
-        TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_seesaw(p, *map, seesaw_wide_issue_, stream));
+        TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_seesaw(p, *map, stream));
       } else {
         TRIPATH_CUDA_CHECK(kernels::launch_mla_decode_wgmma(p, map, stream));
       }
@@ -569,8 +568,7 @@ class CudaMlaBackend final : public MlaBackend {
   bool wgmma_decode_ = false;  // TRIPATH_MLA_WGMMA 1, 2, 3 or 4 (the default)
   bool wgmma_tma_ = false;     // TRIPATH_MLA_WGMMA 2, 3 or 4: its tiles by TMA (1: by cp.async)
   bool wgmma_all_rows_ = false;  // TRIPATH_MLA_WGMMA 3: also steps under 64 rows (padded)
-  bool wgmma_seesaw_ = false;    // TRIPATH_MLA_WGMMA 4 or 5: the seesaw kernel on 64-row steps
-  bool seesaw_wide_issue_ = false;  // 5: its refills' boxes issued by all four warps
+  bool wgmma_seesaw_ = false;    // TRIPATH_MLA_WGMMA 4: the seesaw kernel on 64-row steps
   bool pdl_ = false;             // TRIPATH_PDL=1 (mla only): decode and merge as dependents
   using LatentMapKey = std::tuple<const void*, int64_t, int>;  // cache, num_blocks, block_size
   TensorMapCache<LatentMapKey, kernels::MlaLatentMap> latent_maps_;

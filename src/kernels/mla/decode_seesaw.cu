@@ -24,9 +24,13 @@ cudaError_t launch_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map, uin
 }  // namespace
 
 cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
-                                     bool wide_issue, cudaStream_t stream) {
-  return wide_issue ? launch_seesaw<kSeesawProbeNone, true>(p, map, nullptr, stream)
-                    : launch_seesaw<kSeesawProbeNone>(p, map, nullptr, stream);
+                                     cudaStream_t stream) {
+  // H200 run k6 (64 x 4096 keys, 128 heads): at blocks of 16 the four-warp issue took the
+  // kernel from 169 to 152 us (mla-decode-4k 171 -> 154); at blocks of 64 (one box per panel)
+  // it was 4% slower (151 -> 157 us), so warp 0 keeps issuing there.
+  return map.rows < MlaSeesawConfig::kN
+             ? launch_seesaw<kSeesawProbeNone, true>(p, map, nullptr, stream)
+             : launch_seesaw<kSeesawProbeNone>(p, map, nullptr, stream);
 }
 
 cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLatentMap& map,

@@ -1,7 +1,8 @@
 // MLA absorbed decode on Hopper tensor cores for 64 packed rows per block and a bf16 latent
 // cache, with the two warpgroups in a "seesaw" (the schedule FlashMLA's 2025 kernel describes):
 // the `mla` backend's kernel for 64-row items (TRIPATH_MLA_WGMMA=4, the default: H200 run j3,
-// mla-decode-4k at 128 heads 169 against 207 us for decode_wgmma.cuh).
+// mla-decode-4k at 128 heads 169 against 207 us for decode_wgmma.cuh; 154 us since run k6, with
+// the refills at blocks under 64 keys issued by all four warps of a warpgroup).
 //
 // Why: in decode_wgmma.cuh warpgroup 0 computes every S = Q K^T (53% of the FLOPs) and the
 // softmax while warpgroup 1 waits, so the tensor cores idle through each softmax and hand-off
@@ -69,10 +70,11 @@ struct MlaSeesawConfig {
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one block on sm_90");
 };
 
-// kWideIssue (TRIPATH_MLA_WGMMA=5): a refill's boxes are issued by all four warps of the
-// warpgroup, not by its warp 0 alone: a warp issues its lanes' TMA copies one after another, and
-// at blocks of 16 a tile is 36 boxes (9 at blocks of 64; run k2: mla-decode-4k 171 us at 16
-// against 153 at 64), while the warpgroup's next wgmma waits for all four warps.
+// kWideIssue (the launch's choice at cache blocks under 64 keys): a refill's boxes are issued by
+// all four warps of the warpgroup, not by its warp 0 alone: a warp issues its lanes' TMA copies
+// one after another, and at blocks of 16 a tile is 36 boxes (9 at blocks of 64), while the
+// warpgroup's next wgmma waits for all four warps (run k6's trace: ~2000 clocks between wg1's
+// P1 hand-off and its P1 V1_R, the 16 boxes of panels 4-7; mla-decode-4k 171 -> 154 us).
 template <int kProbe, bool kWideIssue = false>
 __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
     mla_decode_seesaw_kernel(const __grid_constant__ MlaDecodeParams p,

@@ -43,13 +43,16 @@ cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap
                                     cudaStream_t stream);
 // The seesaw form of the wgmma kernel (decode_seesaw.cuh: the two warpgroups each compute S of
 // every other tile; TMA loads, so `map` from make_mla_latent_map). Same items and outputs.
-// wide_issue: each refill's TMA boxes issued by all four warps of the warpgroup.
+// Where a tile is several boxes per panel (cache blocks under 64 keys) each refill's boxes are
+// issued by all four warps of a warpgroup, at blocks of 64 by its warp 0 (decode_seesaw.cuh,
+// kWideIssue).
 cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
-                                     bool wide_issue, cudaStream_t stream);
+                                     cudaStream_t stream);
 // Timing probe of the seesaw kernel (outputs meaningless): 1 its loads alone (waits, refills,
 // hand-offs), 2 the kernel writing its per-pair event clocks to `trace` (decode_seesaw.cuh:
-// kSeesawProbeTrace; [2 blocks][2 warpgroups][32 pairs][10 events]), 3 / 4 the same two for
-// the wide-issue kernel, else the kernel. Only the opt-in GPU timing test calls it.
+// kSeesawProbeTrace; [2 blocks][2 warpgroups][32 pairs][10 events]), 0 / 2 with the warp-0
+// refill issue and 3 / 4 with the four-warp one whatever the block size, 1 the loads alone.
+// Only the opt-in GPU timing test calls it.
 cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLatentMap& map,
                                            int probe, uint32_t* trace, cudaStream_t stream);
 // Timing probe of the wgmma kernel (cp.async loads; outputs meaningless): 1 its loads alone,

@@ -257,6 +257,15 @@ std::vector<MlaGpuCase> all_cases() {
       c.cache = DType::kFP8E4M3;
       add(c, "fp8_decode_h" + std::to_string(h));
     }
+    // 128 heads on blocks of 32 and 8 keys: 2 and 8 TMA boxes per panel and tile for the seesaw
+    // kernel (its four-warp refill issue; the smallest box TMA loads here).
+    for (int bs : {32, 8}) {
+      MlaGpuCase c;
+      c.heads = 128;
+      c.reqs = decode;
+      c.block_size = bs;
+      add(c, "decode_bs" + std::to_string(bs) + "_h128");
+    }
     {
       MlaGpuCase c;
       c.heads = 128;
@@ -371,6 +380,7 @@ std::vector<MlaGpuCase> all_cases() {
   // mask, direct and partial outputs, no LSE.
   // (Blocks of 16 run its four-warp refill issue, blocks of 64 its warp-0 one.)
   add_wgmma(every_shape, 4, "mla_seesaw_");
+  add_wgmma({"decode_bs32_h128", "decode_bs8_h128"}, 4, "mla_seesaw_");
   // TRIPATH_PDL=1 (decode kernel and merge as programmatic dependents): the packed kernel at
   // 16 heads (one and several tokens, fp8, a mixed step) and the wgmma kernel at 128.
   for (const MlaGpuCase& m : std::vector<MlaGpuCase>(out)) {

@@ -13,21 +13,29 @@ constexpr int kKBytes = 128 * 576 * 2;
 constexpr int kPBytes = 64 * 64 * 2;
 constexpr int kSmem = 1024 + kQBytes + kKBytes + kPBytes;
 
-template <int kForm>
-struct Group {
-  static constexpr int size = kForm == kRateRsN256 || kForm == kRateSsN256 ? 4 : 36;
-};
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// `reps` commit groups of `issue(d)` (one form's wgmmas into the accumulators d), each waited
+// for; the accumulators then kept alive by a store that never happens.
+template <int N, class Issue>
+__device__ void run_groups(int reps, float* sink, Issue issue) {
+  float d[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) d[i] = 0.0f;
+  for (int r = 0; r < reps; ++r) {
+    wgmma::fence();
+    issue(d);
+    wgmma::commit();
+    wgmma::wait<0>();
+    wgmma::fence_operands(d);
+  }
+  if (d[0] == 12345.0f) *sink = d[1];
+}
+
 template <int kForm>
 __device__ void run_form(uint32_t aQ, uint32_t aK, uint32_t aP, int reps, float* sink) {
+  const uint32_t a[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};  // RS A operand
   if constexpr (kForm == kRateSsN64 || kForm == kRateRsN64 || kForm == kRateSsN64Fenced) {
-    float d[32];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) d[i] = 0.0f;
-    uint32_t a[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
-    for (int r = 0; r < reps; ++r) {
-      wgmma::fence();
+    run_groups<32>(reps, sink, [&](float (&d)[32]) {
 #pragma unroll
       for (int pk = 0; pk < 9; ++pk) {
         if constexpr (kForm == kRateSsN64Fenced) {
@@ -44,17 +52,9 @@ __device__ void run_form(uint32_t aQ, uint32_t aK, uint32_t aP, int reps, float*
           }
         }
       }
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(d);
-    }
-    if (d[0] == 12345.0f) *sink = d[1];
+    });
   } else if constexpr (kForm == kRateSsN128) {
-    float d[64];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) d[i] = 0.0f;
-    for (int r = 0; r < reps; ++r) {
-      wgmma::fence();
+    run_groups<64>(reps, sink, [&](float (&d)[64]) {
 #pragma unroll
       for (int pk = 0; pk < 9; ++pk) {
 #pragma unroll
@@ -64,18 +64,9 @@ __device__ void run_form(uint32_t aQ, uint32_t aK, uint32_t aP, int reps, float*
           wgmma::Mma<128, bf16>::ss(d, da, db, pk > 0 || ks > 0);
         }
       }
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(d);
-    }
-    if (d[0] == 12345.0f) *sink = d[1];
+    });
   } else {
-    float d[128];
-#pragma unroll
-    for (int i = 0; i < 128; ++i) d[i] = 0.0f;
-    uint32_t a[4] = {0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u};
-    for (int r = 0; r < reps; ++r) {
-      wgmma::fence();
+    run_groups<128>(reps, sink, [&](float (&d)[128]) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
         if constexpr (kForm == kRateRsN256) {
@@ -88,11 +79,7 @@ __device__ void run_form(uint32_t aQ, uint32_t aK, uint32_t aP, int reps, float*
           wgmma::Mma<256, bf16>::ss(d, da, db, 1);
         }
       }
-      wgmma::commit();
-      wgmma::wait<0>();
-      wgmma::fence_operands(d);
-    }
-    if (d[0] == 12345.0f) *sink = d[1];
+    });
   }
 }
 #endif

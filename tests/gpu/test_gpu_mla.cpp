@@ -719,7 +719,7 @@ bool mla_bench_enabled() {
 
 #ifdef TRIPATH_WITH_CUDA
 // mla-decode-4k's decode step on the device for the opt-in timing tests: 64 requests x 4096 keys,
-// block 64, block tables shuffled over the pool (as a serving cache is), random bf16 data in
+// cache blocks of `block_size` keys (64 unless said), block tables shuffled over the pool (as a serving cache is), random bf16 data in
 // [-1, 1); each request cut in `splits` equal key ranges, each range in items of `rows_per_item`
 // packed rows (the heads), as the mla backend lays them out.
 struct MlaTimingStep {
@@ -855,9 +855,10 @@ TEST(GpuMlaBench, WgmmaParts) {
 }
 
 // Opt-in timing (TRIPATH_MLA_BENCH=1): the seesaw kernel (mla's default at 128 heads) on the
-// same step (one split: 128 items, one wave; blocks of 64 keys, one TMA box per panel): the
-// kernel, its loads alone (launch_mla_decode_seesaw_probe 1), and the kernel on a cache whose
-// table points every block at block 0 (tiles out of L2: what is left without HBM).
+// same step (one split: 128 items, one wave), on cache blocks of 64 keys (one TMA box per panel
+// and tile) and 16 (four): the kernel with the warp-0 and the four-warp refill issue, its loads
+// alone, each form's per-pair event clocks, and both forms on a cache whose table points every
+// block at block 0 (tiles out of L2: what is left without HBM).
 TEST(GpuMlaBench, SeesawParts) {
   TRIPATH_REQUIRE_GPU();
   if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";

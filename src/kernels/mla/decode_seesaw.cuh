@@ -131,11 +131,12 @@ __global__ void __launch_bounds__(MlaSeesawConfig::kThreads, 1)
   }
   __syncthreads();
   // Tile j's panels [p0, p1) (and panel 8 if `rope`): the boxes of every cache block with a key
-  // below key_hi, each panel counting its bytes on its own barrier. Called by a whole warp, each
-  // lane issuing some of the (panel, box) copies: at block size 16 a pair's 72 boxes from one
-  // thread, each after its own block-table load, took longer than the pair's math (run j2: 266
-  // against 208 us for the plain kernel). A lane always issues box lane % tile_boxes of a panel
-  // (tile_boxes divides 32), so its block number (`block_of`) is loaded once per tile, ahead.
+  // below key_hi, each panel counting its bytes on its own barrier. Called by the issuing warps
+  // (warp 0, or all four with kWideIssue), each thread issuing some of the (panel, box) copies:
+  // at block size 16 a pair's 72 boxes from one thread, each after its own block-table load, took
+  // longer than the pair's math (run j2: 266 against 208 us for the plain kernel). A thread always
+  // issues the same box of a panel (idx0 % tile_boxes; tile_boxes divides 32), so its block number
+  // (`block_of`) is loaded once per tile, ahead.
   const int tile_boxes = kN / map.rows;  // 1, 2, 4 or 8
   // This thread's first (panel, box) index and stride: a lane of warp 0 (lane, 32), or, wide,
   // consecutive indices spread over the four warps (lane * 4 + warp, 128). Both strides are

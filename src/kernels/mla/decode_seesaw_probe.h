@@ -4,20 +4,20 @@
 
 namespace tripath::kernels {
 
-// Timing probe (launch_mla_decode_seesaw_probe; outputs meaningless): the loads, waits, refills
-// and hand-offs without S, softmax or P V. (A math-alone form on stale stages made ptxas
-// serialize its wgmmas, C7520, so it would time something else; the opt-in test times the kernel
-// on an L2-resident cache instead.)
-// kSeesawProbeTrace: the kernel, and thread 0 of each warpgroup of blocks 0 and 1 writes the SM
-// clock at the events of every pair (kSeesawTraceEvents per warpgroup and pair, the first
-// kSeesawTracePairs pairs) to `trace`: [block][warpgroup][pair][event], where each tile's time
-// goes.
+// Probes of launch_mla_decode_seesaw_probe (outputs meaningless). None and Trace run the warp-0
+// refill issue, Wide and WideTrace the four-warp one (kWideIssue), whatever the block size.
 enum MlaSeesawProbe : int {
   kSeesawProbeNone = 0,
+  // The loads, waits, refills and hand-offs without S, softmax or P V. (A math-alone form on
+  // stale stages made ptxas serialize its wgmmas, C7520, so it would time something else; the
+  // opt-in test times the kernel on an L2-resident cache instead.)
   kSeesawProbeLoadsOnly = 1,
+  // The kernel, with thread 0 of each warpgroup of blocks 0 and 1 writing the SM clock at the
+  // events of every pair (kSeesawTraceEvents per warpgroup and pair, the first kSeesawTracePairs
+  // pairs) to `trace`: [block][warpgroup][pair][event], where each tile's time goes.
   kSeesawProbeTrace = 2,
-  kSeesawProbeWide = 3,       // the kWideIssue kernel (refill boxes from all four warps)
-  kSeesawProbeWideTrace = 4,  // and its trace
+  kSeesawProbeWide = 3,
+  kSeesawProbeWideTrace = 4,
 };
 inline constexpr int kSeesawTraceEvents = 10;
 inline constexpr int kSeesawTracePairs = 32;

@@ -48,11 +48,10 @@ cudaError_t launch_mla_decode_wgmma(const MlaDecodeParams& p, const MlaLatentMap
 // kWideIssue).
 cudaError_t launch_mla_decode_seesaw(const MlaDecodeParams& p, const MlaLatentMap& map,
                                      cudaStream_t stream);
-// Timing probe of the seesaw kernel (outputs meaningless): 1 its loads alone (waits, refills,
-// hand-offs), 2 the kernel writing its per-pair event clocks to `trace` (decode_seesaw.cuh:
-// kSeesawProbeTrace; [2 blocks][2 warpgroups][32 pairs][10 events]), 0 / 2 with the warp-0
-// refill issue and 3 / 4 with the four-warp one whatever the block size, 1 the loads alone.
-// Only the opt-in GPU timing test calls it.
+// Timing probes of the seesaw kernel (outputs meaningless; `probe` one of MlaSeesawProbe in
+// decode_seesaw_probe.h): its loads alone, the kernel with either refill issue whatever the
+// block size, and each writing its per-pair event clocks to `trace` ([2 blocks][2 warpgroups]
+// [32 pairs][10 events]). Only the opt-in GPU timing test calls it.
 cudaError_t launch_mla_decode_seesaw_probe(const MlaDecodeParams& p, const MlaLatentMap& map,
                                            int probe, uint32_t* trace, cudaStream_t stream);
 // Timing probe of the wgmma kernel (cp.async loads; outputs meaningless): 1 its loads alone,

@@ -987,3 +987,31 @@ TEST(GpuMlaBench, WgmmaRates) {
 
 }  // namespace
 }  // namespace tripath::gputest
+
+namespace tripath::gputest {
+namespace {
+
+// The timing probes refuse bad arguments before launching anything (so this runs without a GPU):
+// a trace probe without its buffer, a wgmma-rate form pair the probe does not build.
+TEST(GpuMlaKernels, ProbesRefuseBadArguments) {
+#ifdef TRIPATH_WITH_CUDA
+  using namespace kernels;
+  MlaDecodeParams p{};
+  p.num_items = 1;
+  MlaLatentMap map{};
+  map.rows = 16;
+  for (int probe : {kSeesawProbeTrace, kSeesawProbeWideTrace})
+    EXPECT_EQ(launch_mla_decode_seesaw_probe(p, map, probe, nullptr, nullptr),
+              cudaErrorInvalidValue)
+        << "probe " << probe;
+  for (const auto& [f0, f1] : {std::pair<int, int>{kRateIdle, kRateIdle}, {kRateRsN256, kRateSsN64},
+                               {6, kRateIdle}, {kRateSsN64, -2}})
+    EXPECT_EQ(launch_wgmma_rate_probe(f0, f1, 1, 1, nullptr, nullptr), cudaErrorInvalidValue)
+        << f0 << ", " << f1;
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
+}  // namespace
+}  // namespace tripath::gputest

@@ -26,6 +26,10 @@ std::vector<VariantVariable> variant_variables() {
        13, 13, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
+      {"TRIPATH_FUSE_COMPUTE", "three_path",
+       "1: prefill, the extend self-part and the first context round in one launch (the round's "
+       "long items first, the short causal ones filling its tail); 0: one launch each",
+       1, 1, ""},
       {"TRIPATH_PDL", "three_path, mla",
        "1: decode kernels and their merge launched as programmatic dependents (they start while "
        "the kernel before them ends)",

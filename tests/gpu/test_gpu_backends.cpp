@@ -33,6 +33,8 @@ struct GpuCase {
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
                                  // programmatic dependents)
+  bool fuse_compute = true;      // three_path's TRIPATH_FUSE_COMPUTE: 1 (default) prefill, the
+                                 // self-part and the first round in one launch; 0 one each
   int flash_overlap = 13;        // three_path's TRIPATH_FLASH_OVERLAP: 13 (default: 128-key
                                  // tiles, producer warpgroup, FA3's order and ping-pong, Q in
                                  // registers for S), 5 (the same with Q read from shared memory),
@@ -182,6 +184,23 @@ std::vector<GpuCase> all_cases() {
           GpuCase k = m;
           k.pdl = true;
           add(k, "pdl_" + m.name.substr(b.size() + 1));
+        }
+      }
+      // Prefill, the extend self-part and each round in their own launches
+      // (TRIPATH_FUSE_COMPUTE=0; the default fuses the first three): one round, many rounds,
+      // gathered rounds, the unified tiles (f16 on an fp8 cache).
+      for (const GpuCase& m : std::vector<GpuCase>(out)) {
+        for (const char* name : {"three_path_mixed_d128", "three_path_many_chunks_window_sinks",
+                                 "three_path_extend_40k_chunked", "three_path_f16_fp8_mixed",
+                                 "three_path_edge_tiny"}) {
+          if (m.name != name) continue;
+          GpuCase k = m;
+          k.fuse_compute = false;
+          add(k, "separate_launches_" + m.name.substr(b.size() + 1));
+          if (m.name == "three_path_many_chunks_window_sinks") {
+            k.extend_gather = true;
+            add(k, "separate_launches_gathered_" + m.name.substr(b.size() + 1));
+          }
         }
       }
       // The flash kernel's loads, TMA (the default) and cp.async: every layout and block size
@@ -441,6 +460,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
     ScopedEnv tma("TRIPATH_FLASH_TMA", !c.flash_tma ? "0" : c.tma_all_warps ? "2" : "1");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
     ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
+    ScopedEnv fuse("TRIPATH_FUSE_COMPUTE", c.fuse_compute ? "1" : "0");
     const std::string overlap_value = std::to_string(c.flash_overlap);
     ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", overlap_value.c_str());
     backend = create_attention_backend(c.backend);
@@ -575,7 +595,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "3"},
                       Bad{"TRIPATH_FLASH_OVERLAP", "14"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
-                      Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}}) {
+                      Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"},
+                      Bad{"TRIPATH_FUSE_COMPUTE", "2"}, Bad{"TRIPATH_FUSE_COMPUTE", "no"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
@@ -585,7 +606,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
     }
   }
   for (const char* name :
-       {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER", "TRIPATH_PDL"}) {
+       {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER", "TRIPATH_PDL",
+        "TRIPATH_FUSE_COMPUTE"}) {
     for (const char* ok : {"0", ""}) {
       ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";

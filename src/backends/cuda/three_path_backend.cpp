@@ -87,6 +87,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     max (O rescaled only when a row's max grows by more than 2^8).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
+  //   TRIPATH_FUSE_COMPUTE (default 1): prefill, the extend self-part and the first context
+  //     round share one launch (add_compute_paths); 0: each in its own launch.
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -100,6 +102,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     flash_mode_ = static_cast<kernels::FlashConsumerMode>(read_variant("TRIPATH_FLASH_OVERLAP"));
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
     pdl_ = read_variant("TRIPATH_PDL") == 1;
+    fuse_compute_ = read_variant("TRIPATH_FUSE_COMPUTE") == 1;
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -229,15 +232,16 @@ class ThreePathBackend final : public CudaAttentionBackend {
       if (l.kind == Launch::kDecode) {
         p.partial_out = decode_out - dec_row0 * dim;
         p.partial_lse = decode_lse - dec_row0;
-      } else if (l.kind != Launch::kPrefill) {
-        const int target = l.kind == Launch::kExtendSelf ? 0 : 2;  // a chunk lands in slot 2
-        p.partial_out = slot_out[target] - ext_row0 * dim;
-        p.partial_lse = slot_lse[target] - ext_row0;
+      } else {
+        // An item's split field picks its slot: slot k starts k * extend rows after slot 0.
+        p.partial_out = slot_out[0] - ext_row0 * dim;
+        p.partial_lse = slot_lse[0] - ext_row0;
       }
       // The partial buffers hold only this path's tokens: one "token block" per split slot.
-      if (l.kind == Launch::kDecode) p.num_tokens = static_cast<int32_t>(plan.decode.num_tokens());
+      p.num_tokens = static_cast<int32_t>(l.kind == Launch::kDecode ? plan.decode.num_tokens()
+                                                                     : plan.extend.num_tokens());
       // Gathered chunks: copy the chunk, then read the workspace (the items are shifted).
-      const bool gathered = gather && l.kind == Launch::kExtendChunk;
+      const bool gathered = gather && l.chunk >= 0;
       if (gathered) {
         gather_.gather_and_redirect(l.chunk, arena(), in.cache.config, gather_workspace_.as<void>(),
                                     p, stream);
@@ -270,7 +274,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
         m.row_end = plan.decode.token_end * hq;
         m.pdl = pdl_ ? 1 : 0;
         TRIPATH_CUDA_CHECK(kernels::launch_merge_states(m, in.out.dtype, stream));
-      } else if (l.kind == Launch::kExtendChunk) {
+      } else if (l.chunk >= 0) {
         const bool last = l.chunk == plan.num_chunks - 1;
         const int next = acc == 0 ? 1 : 0;
         kernels::MergeParams m{};
@@ -299,11 +303,17 @@ class ThreePathBackend final : public CudaAttentionBackend {
   }
 
  private:
+  // Extend partial states: three slots of [extend tokens, heads, dim (+1 lse)] floats. The
+  // self-part writes slot 0, a chunk round slot 2, the merges alternate the running state
+  // between slots 0 and 1 (the items' split field is the slot).
+  static constexpr int32_t kSelfSlot = 0, kChunkSlot = 2;
+
   struct Launch {
-    enum Kind { kDecode, kPrefill, kExtendSelf, kExtendChunk } kind;
+    enum Kind { kDecode, kCompute } kind;
     kernels::UnifiedTile tile;
-    int32_t first_item, num_items, chunk;
-    bool flash;  // an item set for the flash kernel (128 rows); else the unified tiles
+    int32_t first_item, num_items;
+    int32_t chunk;  // kCompute: the chunk round this launch holds (merged after it), or -1
+    bool flash;     // an item set for the flash kernel (128 rows); else the unified tiles
   };
 
   void push_launch(const std::vector<UnifiedWorkItem>& items, kernels::UnifiedTile tile,
@@ -314,11 +324,15 @@ class ThreePathBackend final : public CudaAttentionBackend {
     if (count > 0) launches_.push_back({kind, tile, first, count, chunk, flash});
   }
 
-  // Prefill (final output, causal over the new tokens), then extend: the self-part and one
-  // round per planner chunk; `rows` packed rows per item. Order: the unified tiles take the
-  // longest key ranges first; the flash items stay grouped by (request, KV head), last row
-  // block first, so the blocks running together share one K/V prefix in L2 (a wave sorted by
-  // length alone reads every pair's prefix at once: 64 MB for prefill-8k, more than the L2).
+  // Prefill (final output, causal over the new tokens) and extend: the self-part (split slot 0)
+  // and one round per planner chunk (slot 2), each round merged into the running state after
+  // its launch; `rows` packed rows per item. With fuse_compute_ the prefill items, the self-part
+  // and the first round (read in place) share one launch, the round's long items first, so the
+  // short causal items fill the SMs its last wave leaves idle instead of each launch ending on
+  // its own tail. Within a class the unified tiles take the longest key ranges first; the
+  // flash items stay grouped by (request, KV head), last row block first, so the blocks
+  // running together share one K/V prefix in L2 (a wave sorted by length alone reads every
+  // pair's prefix at once: 64 MB for prefill-8k, more than the L2).
   void add_compute_paths(std::vector<UnifiedWorkItem>& items, const StepPlan& plan, int group,
                          int hkv, int rows, bool flash) {
     auto order = [&](size_t begin) {
@@ -332,30 +346,36 @@ class ThreePathBackend final : public CudaAttentionBackend {
         longest_first(items, begin, plan, group, rows);
       }
     };
-    const size_t prefill_begin = items.size();
-    for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
-      add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
-    order(prefill_begin);
-    push_launch(items, kernels::kRows64, Launch::kPrefill, -1, flash);
-
-    const size_t self_begin = items.size();
-    for (int32_t i = plan.extend.begin; i < plan.extend.end; ++i)
-      add_items(items, plan, i, group, hkv, rows, plan.context_lens[i], plan.seq_len(i), 0);
-    order(self_begin);
-    push_launch(items, kernels::kRows64, Launch::kExtendSelf, -1, flash);
     const int32_t ne = plan.extend.num_requests();
-    for (int32_t c = 0; c < plan.num_chunks; ++c) {
+    auto add_round = [&](int32_t c) {
       const size_t round_begin = items.size();
       for (int32_t e = 0; e < ne; ++e) {
         const int32_t start = plan.chunk_kv_start[c * ne + e];
         add_items(items, plan, plan.extend.begin + e, group, hkv, rows, start,
-                  start + plan.chunk_kv_len[c * ne + e], 0);
+                  start + plan.chunk_kv_len[c * ne + e], kChunkSlot);
       }
       order(round_begin);
       // Gathered: the kernels see the chunk's keys at positions shifted by its start.
       if (extend_gather_)
         ExtendGather::shift_items(plan, c, items.data() + round_begin, items.size() - round_begin);
-      push_launch(items, kernels::kRows64, Launch::kExtendChunk, c, flash);
+    };
+    // A gathered round reads its own workspace (other tensor maps): never fused.
+    const bool fuse_round = fuse_compute_ && !extend_gather_ && plan.num_chunks > 0;
+    if (fuse_round) add_round(0);
+    const size_t prefill_begin = items.size();
+    for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
+      add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
+    order(prefill_begin);
+    if (!fuse_compute_) push_launch(items, kernels::kRows64, Launch::kCompute, -1, flash);
+
+    const size_t self_begin = items.size();
+    for (int32_t i = plan.extend.begin; i < plan.extend.end; ++i)
+      add_items(items, plan, i, group, hkv, rows, plan.context_lens[i], plan.seq_len(i), kSelfSlot);
+    order(self_begin);
+    push_launch(items, kernels::kRows64, Launch::kCompute, fuse_round ? 0 : -1, flash);
+    for (int32_t c = fuse_round ? 1 : 0; c < plan.num_chunks; ++c) {
+      add_round(c);
+      push_launch(items, kernels::kRows64, Launch::kCompute, c, flash);
     }
   }
 
@@ -381,6 +401,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   std::vector<Launch> launches_;
   DeviceBuffer workspace_;
   bool pdl_ = false;  // TRIPATH_PDL=1
+  bool fuse_compute_ = true;  // TRIPATH_FUSE_COMPUTE=1
 };
 
 }  // namespace

@@ -53,7 +53,6 @@ struct Options {
   std::string json_path;
   std::string dtype = "bf16";
   std::string layout = "nhd";
-  std::string timing = "queued";
   double scale = 1.0;
   double tolerance = 1e-3;
   long long repeats = kGpuRepeats;
@@ -261,8 +260,7 @@ void bench_on_gpu(Backend& backend, Step& step, const std::optional<ReferenceOut
   };
   std::vector<double> times =
       time_gpu_calls(call, static_cast<int>(options.warmup), static_cast<int>(options.repeats),
-                     true, &e.graph_used,
-                     options.timing == "sync" ? GpuTiming::kSync : GpuTiming::kQueued);
+                     true, &e.graph_used);
   for (double& t : times) t /= copies;
   e.timing = summarize(std::move(times));
   e.timed = true;
@@ -479,10 +477,6 @@ int run_bench(const std::vector<std::string>& args) {
                    "KV cache dtype (q and outputs are bf16 when the cache is fp8)");
   flags.add_choice("layout", &o.layout, {"nhd", "hnd", "tiled"}, "KV cache layout (MHA)");
   flags.add_int("block-size", &o.block_size, 1, 256, "tokens per cache block, a power of two");
-  flags.add_choice("timing", &o.timing, {"queued", "sync"},
-                   "GPU timing: queued (each replay queued behind a ~200 us hold kernel, so the "
-                   "events time the GPU's work) or sync (events around a replay on an idle "
-                   "stream: also the host's graph launch; the timing before 2026-12-04)");
   flags.add_int("split-waves", &o.split_waves, 1, 64,
                 "decode split-KV target: work items = waves x work units (StepInput::split_waves; "
                 "default 2, and 1 for the mla backend: mla_split_waves)");
@@ -577,9 +571,8 @@ int run_bench(const std::vector<std::string>& args) {
       any_gpu_backend && info.gpu_sm_count > 0 ? info.gpu_sm_count : std::max(1, info.num_threads);
 
   const std::string timer_name =
-      any_gpu_backend ? std::string("CUDA events around CUDA-graph replays (GPU, ") +
-                            (o.timing == "sync" ? "sync: idle stream" : "queued behind a hold") +
-                            "), " + SteadyClockTimer().name() + " (CPU)"
+      any_gpu_backend ? std::string("CUDA events around CUDA-graph replays (GPU), ") +
+                            SteadyClockTimer().name() + " (CPU)"
                       : SteadyClockTimer().name();
   if (any_gpu_backend) {
     const GpuCeilings& c = gpu_ceilings();
@@ -648,7 +641,6 @@ int run_bench(const std::vector<std::string>& args) {
                        {"mla_split_waves", o.split_waves_set ? std::to_string(o.split_waves)
                                                              : "per backend (mla_split_waves)"},
                        {"timer", timer_name},
-                       {"gpu_timing", o.timing},
                        {"verify", o.verify},
                        {"tolerance", o.tolerance}};
     doc["metrics"] = {

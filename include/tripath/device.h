@@ -31,22 +31,11 @@ void copy_to_device(void* device_dst, const void* host_src, size_t bytes);
 void copy_to_host(void* host_dst, const void* device_src, size_t bytes);
 void device_synchronize();  // also surfaces any asynchronous kernel error
 
-// How time_gpu_calls places its CUDA events.
-//   kQueued: before each timed call the stream is held by a ~200 us one-thread kernel, so the
-//     start event, the call and the end event are all queued before the GPU reaches them: the
-//     figure is the GPU's time for the call (a serving engine's CPU runs ahead of its GPU the
-//     same way). The default.
-//   kSync: start event, call, end event on an idle stream (the timing of the sessions before
-//     2026-12-04): the figure also holds the host's launch of the call (for a CUDA graph a few
-//     microseconds), which matters only for calls of tens of microseconds.
-enum class GpuTiming { kQueued, kSync };
-
 // Times call(stream) on the GPU with CUDA events: `warmup` untimed calls, then `repeats` timed
 // ones (milliseconds each). With use_graph the call is captured once into a CUDA graph and each
 // timing is one replay; if the capture fails the plain call is timed and *graph_used is false.
 std::vector<double> time_gpu_calls(const std::function<void(void* stream)>& call, int warmup,
-                                   int repeats, bool use_graph, bool* graph_used,
-                                   GpuTiming timing = GpuTiming::kQueued);
+                                   int repeats, bool use_graph, bool* graph_used);
 
 // The ceilings GPU figures are reported against, measured in the same run (shared/BENCH.md):
 // a kernel copy of 4 GiB (bytes read + written), a read-only kernel over 4 GiB with 16-byte

@@ -33,8 +33,11 @@ struct GpuCase {
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
                                  // programmatic dependents)
-  bool fuse_compute = true;      // three_path's TRIPATH_FUSE_COMPUTE: 1 (default) prefill, the
-                                 // self-part and the first round in one launch; 0 one each
+  bool decode_cluster = true;    // three_path's TRIPATH_DECODE_CLUSTER (uniform decode splits
+                                 // merged inside clusters)
+  int fuse_compute = 2;          // three_path's TRIPATH_FUSE_COMPUTE: 2 (default) as 1, and one
+                                 // pass per extend item where one round holds every context; 1
+                                 // prefill, self-part and first round in one launch; 0 one each
   int flash_overlap = 13;        // three_path's TRIPATH_FLASH_OVERLAP: 13 (default: 128-key
                                  // tiles, producer warpgroup, FA3's order and ping-pong, Q in
                                  // registers for S), 5 (the same with Q read from shared memory),
@@ -186,20 +189,54 @@ std::vector<GpuCase> all_cases() {
           add(k, "pdl_" + m.name.substr(b.size() + 1));
         }
       }
-      // Prefill, the extend self-part and each round in their own launches
-      // (TRIPATH_FUSE_COMPUTE=0; the default fuses the first three): one round, many rounds,
-      // gathered rounds, the unified tiles (f16 on an fp8 cache).
+      // Uniform decode batches, whose splits (4, 5, 6, 8 on 132 SMs) merge inside clusters by
+      // default (TRIPATH_DECODE_CLUSTER=1), and once with the merge kernel.
+      {
+        GpuCase c = base;
+        c.hq = 8;
+        c.hkv = 1;
+        c.reqs.assign(64, {1, 4096});
+        add(c, "decode_uniform_tp8");
+        c.decode_cluster = false;
+        add(c, "merge_kernel_decode_uniform_tp8");
+        c = base;
+        c.hq = 16;
+        c.sinks = true;
+        c.reqs.assign(24, {1, 2000});
+        add(c, "decode_uniform_gqa8_sinks");
+        c = base;
+        c.hq = 16;
+        c.window = 1000;
+        c.lse = false;
+        c.reqs.assign(16, {1, 8000});
+        add(c, "decode_uniform_window_no_lse");
+        c = base;
+        c.hq = 8;
+        c.hkv = 1;
+        c.cache = DType::kFP8E4M3;
+        c.reqs.assign(40, {1, 3000});
+        add(c, "fp8_decode_uniform_tp8");
+      }
+      // TRIPATH_FUSE_COMPUTE=0 (prefill, the extend self-part and each round in their own
+      // launches) and 1 (the first three in one launch, partial slots and merges as for many
+      // rounds; the default 2 also runs single-round extends in one pass): one round, many
+      // rounds, gathered rounds, the unified tiles (f16 on an fp8 cache), features.
       for (const GpuCase& m : std::vector<GpuCase>(out)) {
-        for (const char* name : {"three_path_mixed_d128", "three_path_many_chunks_window_sinks",
-                                 "three_path_extend_40k_chunked", "three_path_f16_fp8_mixed",
-                                 "three_path_edge_tiny"}) {
+        for (const char* name :
+             {"three_path_mixed_d128", "three_path_many_chunks_window_sinks",
+              "three_path_extend_40k_chunked", "three_path_f16_fp8_mixed", "three_path_edge_tiny",
+              "three_path_gptoss_like_d64_window_sinks", "three_path_gemma_like_d256_softcap_window",
+              "three_path_extend_20k"}) {
           if (m.name != name) continue;
-          GpuCase k = m;
-          k.fuse_compute = false;
-          add(k, "separate_launches_" + m.name.substr(b.size() + 1));
-          if (m.name == "three_path_many_chunks_window_sinks") {
-            k.extend_gather = true;
-            add(k, "separate_launches_gathered_" + m.name.substr(b.size() + 1));
+          for (int fuse : {0, 1}) {
+            GpuCase k = m;
+            k.fuse_compute = fuse;
+            const std::string tag = fuse == 0 ? "separate_launches_" : "slot_merge_";
+            add(k, tag + m.name.substr(b.size() + 1));
+            if (m.name == "three_path_many_chunks_window_sinks") {
+              k.extend_gather = true;
+              add(k, tag + "gathered_" + m.name.substr(b.size() + 1));
+            }
           }
         }
       }
@@ -460,7 +497,9 @@ TEST_P(GpuBackendTest, MatchesReference) {
     ScopedEnv tma("TRIPATH_FLASH_TMA", !c.flash_tma ? "0" : c.tma_all_warps ? "2" : "1");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
     ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
-    ScopedEnv fuse("TRIPATH_FUSE_COMPUTE", c.fuse_compute ? "1" : "0");
+    ScopedEnv cluster("TRIPATH_DECODE_CLUSTER", c.decode_cluster ? "1" : "0");
+    const std::string fuse_value = std::to_string(c.fuse_compute);
+    ScopedEnv fuse("TRIPATH_FUSE_COMPUTE", fuse_value.c_str());
     const std::string overlap_value = std::to_string(c.flash_overlap);
     ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", overlap_value.c_str());
     backend = create_attention_backend(c.backend);
@@ -596,7 +635,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
                       Bad{"TRIPATH_FLASH_OVERLAP", "14"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
                       Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"},
-                      Bad{"TRIPATH_FUSE_COMPUTE", "2"}, Bad{"TRIPATH_FUSE_COMPUTE", "no"}}) {
+                      Bad{"TRIPATH_FUSE_COMPUTE", "3"}, Bad{"TRIPATH_FUSE_COMPUTE", "no"},
+                      Bad{"TRIPATH_DECODE_CLUSTER", "2"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
@@ -607,7 +647,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   }
   for (const char* name :
        {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER", "TRIPATH_PDL",
-        "TRIPATH_FUSE_COMPUTE"}) {
+        "TRIPATH_FUSE_COMPUTE", "TRIPATH_DECODE_CLUSTER"}) {
     for (const char* ok : {"0", ""}) {
       ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";

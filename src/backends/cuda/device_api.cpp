@@ -3,7 +3,6 @@
 
 #include <utility>
 
-#include "common/stream_hold.h"
 #include "cuda_util.h"
 #include "tripath/device.h"
 
@@ -38,8 +37,7 @@ void device_synchronize() {
 }
 
 std::vector<double> time_gpu_calls(const std::function<void(void*)>& call, int warmup,
-                                   int repeats, bool use_graph, bool* graph_used,
-                                   GpuTiming timing) {
+                                   int repeats, bool use_graph, bool* graph_used) {
   cudaStream_t stream;
   TRIPATH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraphExec_t exec = nullptr;
@@ -76,9 +74,6 @@ std::vector<double> time_gpu_calls(const std::function<void(void*)>& call, int w
   for (int i = 0; i < warmup; ++i) launch();
   std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
-    // 200 us covers the host's event record, graph launch and event record many times over.
-    if (timing == GpuTiming::kQueued)
-      TRIPATH_CUDA_CHECK(kernels::launch_stream_hold(200, stream));
     TRIPATH_CUDA_CHECK(cudaEventRecord(a, stream));
     launch();
     TRIPATH_CUDA_CHECK(cudaEventRecord(b, stream));

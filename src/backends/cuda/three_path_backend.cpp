@@ -87,8 +87,15 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     max (O rescaled only when a row's max grows by more than 2^8).
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
-  //   TRIPATH_FUSE_COMPUTE (default 1): prefill, the extend self-part and the first context
-  //     round share one launch (add_compute_paths); 0: each in its own launch.
+  //   TRIPATH_FUSE_COMPUTE (default 2): 1: prefill, the extend self-part and the first context
+  //     round share one launch (add_compute_paths; mixed step 4.68-4.71 ms against 4.84-4.96
+  //     apart, run m1); 2: the same, and where one round holds every extend context, each
+  //     extend item runs its context and new keys in one pass (no slots, no merge); 0: each in
+  //     its own launch.
+  //   TRIPATH_DECODE_CLUSTER (default 1): where every decode request has the same 2..8
+  //     splits, the split-KV kernel runs each row set's splits as one cluster that merges in
+  //     distributed shared memory and writes the output (no partials, no merge launch); 0:
+  //     partials and the merge kernel.
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -102,7 +109,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
     flash_mode_ = static_cast<kernels::FlashConsumerMode>(read_variant("TRIPATH_FLASH_OVERLAP"));
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
     pdl_ = read_variant("TRIPATH_PDL") == 1;
-    fuse_compute_ = read_variant("TRIPATH_FUSE_COMPUTE") == 1;
+    fuse_ = read_variant("TRIPATH_FUSE_COMPUTE");
+    decode_cluster_variant_ = read_variant("TRIPATH_DECODE_CLUSTER") == 1;
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -131,12 +139,30 @@ class ThreePathBackend final : public CudaAttentionBackend {
           std::max(decode_splits_, plan.decode_cu_splits[d + 1] - plan.decode_cu_splits[d]);
     // One split per request: the kernel writes the output itself, no partials and no merge.
     decode_direct_ = decode_splits_ <= 1;
+    // The same 2..8 splits for every decode request (a uniform batch): each row set's splits
+    // run as one cluster that merges in distributed shared memory (sm_90; the split-KV kernel
+    // only, launch() decides), so the items go split-minor.
+    decode_cluster_ = decode_cluster_variant_ && !decode_direct_ && decode_splits_ <= 8 &&
+                      cuda_device_info().compute_capability >= 90;
+    for (int32_t d = 0; d < plan.decode.num_requests() && decode_cluster_; ++d)
+      decode_cluster_ = plan.decode_cu_splits[d + 1] - plan.decode_cu_splits[d] == decode_splits_;
     std::vector<int32_t> token_parts(static_cast<size_t>(plan.num_tokens), 0);
     for (int32_t d = 0; d < plan.decode.num_requests(); ++d) {
       const int32_t i = plan.decode.begin + d;
       const int32_t first = plan.decode_cu_splits[d], count = plan.decode_cu_splits[d + 1] - first;
       for (int32_t t = 0; t < plan.query_lens[i]; ++t)
         token_parts[plan.cu_seqlens_q[i] + t] = count;
+      if (decode_cluster_) {
+        const int rows = plan.query_lens[i] * group;
+        for (int g = 0; g < hkv; ++g)
+          for (int rb = 0; rb < rows; rb += decode_rows)
+            for (int32_t s = 0; s < count; ++s) {
+              const int32_t start = plan.split_kv_start[first + s];
+              items.push_back({i, g, g * group, rb, start, start + plan.split_kv_len[first + s],
+                               s, 0});
+            }
+        continue;
+      }
       for (int32_t s = 0; s < count; ++s) {
         const int32_t start = plan.split_kv_start[first + s];
         add_items(items, plan, i, group, hkv, decode_rows, start,
@@ -251,6 +277,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
             params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
+        p.cluster_splits = decode_cluster_ ? decode_splits_ : 0;
         TRIPATH_CUDA_CHECK(
             kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -258,7 +285,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
             kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
       }
 
-      if (l.kind == Launch::kDecode && !decode_direct_) {
+      const bool merged_in_cluster = decode_cluster_ && decode_kernel;
+      if (l.kind == Launch::kDecode && !decode_direct_ && !merged_in_cluster) {
         kernels::MergeParams m{};
         m.part_out = decode_out - dec_row0 * dim;
         m.part_lse = decode_lse - dec_row0;
@@ -326,7 +354,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
 
   // Prefill (final output, causal over the new tokens) and extend: the self-part (split slot 0)
   // and one round per planner chunk (slot 2), each round merged into the running state after
-  // its launch; `rows` packed rows per item. With fuse_compute_ the prefill items, the self-part
+  // its launch; `rows` packed rows per item. With fuse_ >= 1 the prefill items, the self-part
   // and the first round (read in place) share one launch, the round's long items first, so the
   // short causal items fill the SMs its last wave leaves idle instead of each launch ending on
   // its own tail. Within a class the unified tiles take the longest key ranges first; the
@@ -359,14 +387,34 @@ class ThreePathBackend final : public CudaAttentionBackend {
       if (extend_gather_)
         ExtendGather::shift_items(plan, c, items.data() + round_begin, items.size() - round_begin);
     };
+    // One round holding every extend request's whole context (always so for a step whose
+    // extend contexts fit the chunk budget): with fuse_ 2 each item takes its rows' context and
+    // new keys in one pass, [0, seq_len) with the causal offset, and writes the final output:
+    // no partial slots, no merge (the same exact softmax over the same keys).
+    bool whole_context = fuse_ == 2 && !extend_gather_ && plan.num_chunks == 1;
+    for (int32_t e = 0; e < ne && whole_context; ++e)
+      whole_context = plan.chunk_kv_start[e] == 0 &&
+                      plan.chunk_kv_len[e] == plan.context_lens[plan.extend.begin + e];
+    if (whole_context) {
+      const size_t extend_begin = items.size();
+      for (int32_t i = plan.extend.begin; i < plan.extend.end; ++i)
+        add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
+      order(extend_begin);
+      const size_t prefill_begin = items.size();
+      for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
+        add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
+      order(prefill_begin);
+      push_launch(items, kernels::kRows64, Launch::kCompute, -1, flash);
+      return;
+    }
     // A gathered round reads its own workspace (other tensor maps): never fused.
-    const bool fuse_round = fuse_compute_ && !extend_gather_ && plan.num_chunks > 0;
+    const bool fuse_round = fuse_ >= 1 && !extend_gather_ && plan.num_chunks > 0;
     if (fuse_round) add_round(0);
     const size_t prefill_begin = items.size();
     for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
       add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
     order(prefill_begin);
-    if (!fuse_compute_) push_launch(items, kernels::kRows64, Launch::kCompute, -1, flash);
+    if (fuse_ == 0) push_launch(items, kernels::kRows64, Launch::kCompute, -1, flash);
 
     const size_t self_begin = items.size();
     for (int32_t i = plan.extend.begin; i < plan.extend.end; ++i)
@@ -401,7 +449,9 @@ class ThreePathBackend final : public CudaAttentionBackend {
   std::vector<Launch> launches_;
   DeviceBuffer workspace_;
   bool pdl_ = false;  // TRIPATH_PDL=1
-  bool fuse_compute_ = true;  // TRIPATH_FUSE_COMPUTE=1
+  int fuse_ = 2;  // TRIPATH_FUSE_COMPUTE
+  bool decode_cluster_variant_ = true;  // TRIPATH_DECODE_CLUSTER=1
+  bool decode_cluster_ = false;  // this plan's decode splits merge inside their clusters
 };
 
 }  // namespace

@@ -33,8 +33,6 @@ struct GpuCase {
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
                                  // programmatic dependents)
-  bool decode_cluster = true;    // three_path's TRIPATH_DECODE_CLUSTER (uniform decode splits
-                                 // merged inside clusters)
   int fuse_compute = 2;          // three_path's TRIPATH_FUSE_COMPUTE: 2 (default) as 1, and one
                                  // pass per extend item where one round holds every context; 1
                                  // prefill, self-part and first round in one launch; 0 one each
@@ -189,16 +187,14 @@ std::vector<GpuCase> all_cases() {
           add(k, "pdl_" + m.name.substr(b.size() + 1));
         }
       }
-      // Uniform decode batches, whose splits (4, 5, 6, 8 on 132 SMs) merge inside clusters by
-      // default (TRIPATH_DECODE_CLUSTER=1), and once with the merge kernel.
+      // Uniform decode batches (4, 5, 6, 8 splits per request on 132 SMs), the published tp8
+      // shape first.
       {
         GpuCase c = base;
         c.hq = 8;
         c.hkv = 1;
         c.reqs.assign(64, {1, 4096});
         add(c, "decode_uniform_tp8");
-        c.decode_cluster = false;
-        add(c, "merge_kernel_decode_uniform_tp8");
         c = base;
         c.hq = 16;
         c.sinks = true;
@@ -497,7 +493,6 @@ TEST_P(GpuBackendTest, MatchesReference) {
     ScopedEnv tma("TRIPATH_FLASH_TMA", !c.flash_tma ? "0" : c.tma_all_warps ? "2" : "1");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
     ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
-    ScopedEnv cluster("TRIPATH_DECODE_CLUSTER", c.decode_cluster ? "1" : "0");
     const std::string fuse_value = std::to_string(c.fuse_compute);
     ScopedEnv fuse("TRIPATH_FUSE_COMPUTE", fuse_value.c_str());
     const std::string overlap_value = std::to_string(c.flash_overlap);
@@ -635,8 +630,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
                       Bad{"TRIPATH_FLASH_OVERLAP", "14"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
                       Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
                       Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"},
-                      Bad{"TRIPATH_FUSE_COMPUTE", "3"}, Bad{"TRIPATH_FUSE_COMPUTE", "no"},
-                      Bad{"TRIPATH_DECODE_CLUSTER", "2"}}) {
+                      Bad{"TRIPATH_FUSE_COMPUTE", "3"}, Bad{"TRIPATH_FUSE_COMPUTE", "no"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
@@ -647,7 +641,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   }
   for (const char* name :
        {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER", "TRIPATH_PDL",
-        "TRIPATH_FUSE_COMPUTE", "TRIPATH_DECODE_CLUSTER"}) {
+        "TRIPATH_FUSE_COMPUTE"}) {
     for (const char* ok : {"0", ""}) {
       ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";

@@ -92,10 +92,6 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     apart, run m1); 2: the same, and where one round holds every extend context, each
   //     extend item runs its context and new keys in one pass (no slots, no merge); 0: each in
   //     its own launch.
-  //   TRIPATH_DECODE_CLUSTER (default 1): where every decode request has the same 2..8
-  //     splits, the split-KV kernel runs each row set's splits as one cluster that merges in
-  //     distributed shared memory and writes the output (no partials, no merge launch); 0:
-  //     partials and the merge kernel.
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -110,7 +106,6 @@ class ThreePathBackend final : public CudaAttentionBackend {
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
     pdl_ = read_variant("TRIPATH_PDL") == 1;
     fuse_ = read_variant("TRIPATH_FUSE_COMPUTE");
-    decode_cluster_variant_ = read_variant("TRIPATH_DECODE_CLUSTER") == 1;
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -125,7 +120,10 @@ class ThreePathBackend final : public CudaAttentionBackend {
     launches_.clear();
 
     // Decode: the planner's splits; per-token part counts for the merge.
-    decode_tile_ = plan.max_query_len * group <= 16 ? kernels::kRows16 : kernels::kRows64;
+    // The 16-row tile unless a decode request's rows exceed it (the step's longest query, a
+    // prefill, says nothing about decode: taking it sent every mixed step's decode requests to
+    // the unified 64-row tile, 575 us against ~165 on the H200, run m2).
+    decode_tile_ = kernels::kRows16;
     max_decode_query_ = 1;
     for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i)
       max_decode_query_ = std::max(max_decode_query_, plan.query_lens[i]);
@@ -139,30 +137,12 @@ class ThreePathBackend final : public CudaAttentionBackend {
           std::max(decode_splits_, plan.decode_cu_splits[d + 1] - plan.decode_cu_splits[d]);
     // One split per request: the kernel writes the output itself, no partials and no merge.
     decode_direct_ = decode_splits_ <= 1;
-    // The same 2..8 splits for every decode request (a uniform batch): each row set's splits
-    // run as one cluster that merges in distributed shared memory (sm_90; the split-KV kernel
-    // only, launch() decides), so the items go split-minor.
-    decode_cluster_ = decode_cluster_variant_ && !decode_direct_ && decode_splits_ <= 8 &&
-                      cuda_device_info().compute_capability >= 90;
-    for (int32_t d = 0; d < plan.decode.num_requests() && decode_cluster_; ++d)
-      decode_cluster_ = plan.decode_cu_splits[d + 1] - plan.decode_cu_splits[d] == decode_splits_;
     std::vector<int32_t> token_parts(static_cast<size_t>(plan.num_tokens), 0);
     for (int32_t d = 0; d < plan.decode.num_requests(); ++d) {
       const int32_t i = plan.decode.begin + d;
       const int32_t first = plan.decode_cu_splits[d], count = plan.decode_cu_splits[d + 1] - first;
       for (int32_t t = 0; t < plan.query_lens[i]; ++t)
         token_parts[plan.cu_seqlens_q[i] + t] = count;
-      if (decode_cluster_) {
-        const int rows = plan.query_lens[i] * group;
-        for (int g = 0; g < hkv; ++g)
-          for (int rb = 0; rb < rows; rb += decode_rows)
-            for (int32_t s = 0; s < count; ++s) {
-              const int32_t start = plan.split_kv_start[first + s];
-              items.push_back({i, g, g * group, rb, start, start + plan.split_kv_len[first + s],
-                               s, 0});
-            }
-        continue;
-      }
       for (int32_t s = 0; s < count; ++s) {
         const int32_t start = plan.split_kv_start[first + s];
         add_items(items, plan, i, group, hkv, decode_rows, start,
@@ -277,7 +257,6 @@ class ThreePathBackend final : public CudaAttentionBackend {
             params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
-        p.cluster_splits = decode_cluster_ ? decode_splits_ : 0;
         TRIPATH_CUDA_CHECK(
             kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -285,8 +264,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
             kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
       }
 
-      const bool merged_in_cluster = decode_cluster_ && decode_kernel;
-      if (l.kind == Launch::kDecode && !decode_direct_ && !merged_in_cluster) {
+      if (l.kind == Launch::kDecode && !decode_direct_) {
         kernels::MergeParams m{};
         m.part_out = decode_out - dec_row0 * dim;
         m.part_lse = decode_lse - dec_row0;
@@ -450,8 +428,6 @@ class ThreePathBackend final : public CudaAttentionBackend {
   DeviceBuffer workspace_;
   bool pdl_ = false;  // TRIPATH_PDL=1
   int fuse_ = 2;  // TRIPATH_FUSE_COMPUTE
-  bool decode_cluster_variant_ = true;  // TRIPATH_DECODE_CLUSTER=1
-  bool decode_cluster_ = false;  // this plan's decode splits merge inside their clusters
 };
 
 }  // namespace

@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "common/cluster.cuh"
 #include "common/device_math.cuh"
 #include "common/kv_layout.h"
 #include "common/launch_kernel.h"
@@ -69,11 +68,7 @@ struct DecodeConfig {
   // The end-of-block combine reuses the stage ring: per warp 16 rows x (D + 8) floats, m, l.
   static constexpr int kReduceStride = D + 8;
   static constexpr int kSmemReduce = kWarps * 16 * (kReduceStride + 2) * 4;
-  // Cluster merge (p.cluster_splits): the block's normalized rows and LSEs after the combine,
-  // for its peers to read: [16][D] + [16] floats behind the combine's buffers.
-  static constexpr int kSmemPart = (16 * D + 16) * 4;
-  static constexpr int kOffQ =
-      kSmemKV > kSmemReduce + kSmemPart ? kSmemKV : kSmemReduce + kSmemPart;
+  static constexpr int kOffQ = kSmemKV > kSmemReduce ? kSmemKV : kSmemReduce;
   static constexpr int kOffQh = kOffQ + kSmemQ;
   static constexpr int kOffKB = kOffQh + kSmemQh;
   static constexpr int kOffQmul = kOffKB + kStages * kKeys * 8;
@@ -86,63 +81,6 @@ struct DecodeConfig {
 // Physical 16-byte chunk of logical chunk c in a key row (the tiled layout swizzles them).
 __device__ __forceinline__ int decode_phys_chunk(int layout, int c, int slot, int chunks) {
   return layout == kLayoutTiled ? tiled_chunk_of(c, slot, chunks) : c;
-}
-
-// The cluster's merge (p.cluster_splits = S): each block has left its split's normalized rows
-// and natural-log LSEs in part_o / part_lse; block `rank` merges every S-th float4 of the rows
-// from all S blocks' shared memory as merge_states does (o = sum w_i o_i / sum w_i, w_i =
-// exp(lse_i - max), sinks one more part with output 0; an all-empty row 0 and -inf) and writes
-// the final output and LSE. The first cluster barrier publishes the parts; the second keeps
-// every block resident until its peers have read them.
-template <int D, typename T>
-__device__ __forceinline__ void decode_cluster_merge(const UnifiedParams& p,
-                                                     const UnifiedWorkItem& it, int row_end,
-                                                     const float* part_o, const float* part_lse,
-                                                     int csplits) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr float kNegInf = -INFINITY;
-  cluster::sync();
-  const int rank = static_cast<int>(cluster::ctarank());
-  const int tok0 = p.cu_seqlens_q[it.request], rpt = p.rows_per_token;
-  for (int idx = threadIdx.x + rank * blockDim.x; idx < 16 * (D / 4);
-       idx += blockDim.x * csplits) {
-    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
-    if (gr >= row_end) continue;
-    const int head = it.q_head + gr % rpt;
-    const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
-    const float sink = p.sinks != nullptr ? p.sinks[head] : kNegInf;
-    float lses[8];
-    float mx = sink;
-#pragma unroll
-    for (int s = 0; s < 8; ++s) {
-      lses[s] = s < csplits ? cluster::load_remote(part_lse + r, s) : kNegInf;
-      mx = fmaxf(mx, lses[s]);
-    }
-    float total = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (mx != kNegInf) {
-      total = p.sinks != nullptr ? expf(sink - mx) : 0.0f;
-#pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        if (s >= csplits || lses[s] == kNegInf) continue;
-        const float w = expf(lses[s] - mx);
-        const float4 x = cluster::load_remote4(part_o + r * D + d, s);
-        total += w;
-        acc.x += w * x.x;
-        acc.y += w * x.y;
-        acc.z += w * x.z;
-        acc.w += w * x.w;
-      }
-    }
-    const float inv = mx != kNegInf ? 1.0f / total : 0.0f;
-    uint2 packed;
-    packed.x = pack2<T>(acc.x * inv, acc.y * inv);
-    packed.y = pack2<T>(acc.z * inv, acc.w * inv);
-    *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
-    if (d == 0 && p.lse != nullptr) p.lse[row] = mx != kNegInf ? mx + logf(total) : kNegInf;
-  }
-  cluster::sync();
-#endif
 }
 
 template <int D, typename T, typename KvT>
@@ -442,14 +380,6 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads,
   }
   __syncthreads();
 
-  // Cluster merge: the S blocks of the cluster hold the S splits of the same rows.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int csplits = p.cluster_splits;
-#else
-  const int csplits = 0;  // the host launches clusters on sm_90 only
-#endif
-  float* part_o = reinterpret_cast<float*>(smem + Cfg::kSmemReduce);  // [16][D]
-  float* part_lse = part_o + 16 * D;                                   // [16]
   for (int idx = tid; idx < 16 * (D / 4); idx += kThreads) {
     const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
     if (gr >= row_end) continue;
@@ -473,12 +403,6 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads,
     const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
     float lse = lv > 0.0f ? (base + log2f(lv)) * 0.6931471805599453f : kNegInf;
     float scale = lv > 0.0f ? p.v_scale / lv : 0.0f;
-    if (csplits > 1) {
-      *reinterpret_cast<float4*>(part_o + r * D + d) =
-          make_float4(ov.x * scale, ov.y * scale, ov.z * scale, ov.w * scale);
-      if (d == 0) part_lse[r] = lse;
-      continue;
-    }
     if (it.split >= 0) {
       const int64_t prow = int64_t(it.split) * p.num_tokens * p.num_q_heads + row;
       *reinterpret_cast<float4*>(p.partial_out + prow * D + d) =
@@ -493,7 +417,6 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads,
     *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
     if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
   }
-  if (csplits > 1) decode_cluster_merge<D, T>(p, it, row_end, part_o, part_lse, csplits);
 }
 
 template <int D, typename T, typename KvT>
@@ -508,19 +431,8 @@ cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
-  if (p.cluster_splits != 0) {
-    // Clusters of the splits of one row set: sm_90, 2..8 splits, whole groups of items.
-    int device = 0, major = 0;
-    e = cudaGetDevice(&device);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-    if (e != cudaSuccess) return e;
-    if (major < 9 || p.cluster_splits < 2 || p.cluster_splits > 8 ||
-        p.num_items % p.cluster_splits != 0)
-      return cudaErrorInvalidValue;
-  }
-  return launch_kernel_in_clusters(p.pdl != 0, p.cluster_splits != 0 ? p.cluster_splits : 1,
-                                   kernel, dim3(p.num_items), dim3(Cfg::kThreads),
-                                   Cfg::kSmemBytes, stream, p);
+  return launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads), Cfg::kSmemBytes,
+                       stream, p);
 }
 
 }  // namespace tripath::kernels

@@ -477,6 +477,7 @@ void bind(nb::module_& m) {
       .def_prop_ro("cu_seqlens_q", [](const StepPlan& p) { return numpy_copy(p.cu_seqlens_q); })
       .def_prop_ro("cu_seqlens_k", [](const StepPlan& p) { return numpy_copy(p.cu_seqlens_k); })
       .def_ro("max_query_len", &StepPlan::max_query_len)
+      .def_ro("max_decode_query_len", &StepPlan::max_decode_query_len)
       .def_ro("max_seq_len", &StepPlan::max_seq_len)
       .def_ro("max_blocks_per_request", &StepPlan::max_blocks_per_request)
       .def_prop_ro(

@@ -82,6 +82,9 @@ struct StepPlan {
   std::vector<int32_t> cu_seqlens_q;  // [num_requests + 1]
   std::vector<int32_t> cu_seqlens_k;  // [num_requests + 1], seq_len = context + query
   int32_t max_query_len = 0;
+  // The longest decode request's query (0 without decode requests): what sizes decode tiles,
+  // never max_query_len, which a step's prompts set.
+  int32_t max_decode_query_len = 0;
   int32_t max_seq_len = 0;
   int32_t max_blocks_per_request = 0;
   std::vector<int32_t> block_table;   // [num_requests, max_blocks_per_request], rows reordered

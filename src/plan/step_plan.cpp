@@ -168,6 +168,9 @@ StepPlan plan_step(const StepInput& in) {
     return r;
   };
   p.decode = range(0, count[0]);
+  for (int32_t r = 0; r < n; ++r)
+    if (p.classes[r] == RequestClass::kDecode)
+      p.max_decode_query_len = std::max(p.max_decode_query_len, in.query_lens[r]);
   p.extend = range(count[0], count[0] + count[1]);
   p.prefill = range(count[0] + count[1], n);
 

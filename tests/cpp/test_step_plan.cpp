@@ -55,6 +55,7 @@ TEST(PlanStep, ClassesOrderAndRangesOfAMixedStep) {
   EXPECT_EQ(p.cu_seqlens_k, (std::vector<int32_t>{0, 5, 16, 16, 44, 45, 55}));
   EXPECT_EQ(p.num_tokens, 18);
   EXPECT_EQ(p.max_query_len, 8);
+  EXPECT_EQ(p.max_decode_query_len, 1);  // the prompts' 8 and 5 are not decode queries
   EXPECT_EQ(p.max_seq_len, 28);
   // Path ranges describe the ordered batch: decode 1, 2, 4 | extend 3, 5 | prefill 0.
   EXPECT_EQ(p.decode.begin, 0);
@@ -81,6 +82,7 @@ TEST(PlanStep, ClassesOrderAndRangesOfAMixedStep) {
   EXPECT_EQ(q.cu_seqlens_k, (std::vector<int32_t>{0, 11, 11, 12, 40, 50, 55}));
   EXPECT_EQ(q.num_tokens, 18);
   EXPECT_EQ(q.max_query_len, 8);
+  EXPECT_EQ(q.max_decode_query_len, 1);
   EXPECT_EQ(q.max_seq_len, 28);
   EXPECT_EQ(q.decode.begin, 0);
   EXPECT_EQ(q.decode.end, 3);

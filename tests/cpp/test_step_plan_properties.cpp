@@ -140,6 +140,11 @@ void check_plan(const StepInput& in, const StepPlan& p) {
   ASSERT_EQ(p.num_tokens, p.cu_seqlens_q[n]);
   ASSERT_EQ(p.num_tokens, ocu[n]);
   ASSERT_EQ(p.max_query_len, max_q);
+  int32_t max_decode_q = 0;  // over decode requests only (the decode tiles' size)
+  for (int32_t r = 0; r < n; ++r)
+    if (p.classes[r] == RequestClass::kDecode)
+      max_decode_q = std::max(max_decode_q, in.query_lens[r]);
+  ASSERT_EQ(p.max_decode_query_len, max_decode_q);
   ASSERT_EQ(p.max_seq_len, max_s);
   ASSERT_GE(static_cast<int64_t>(p.max_blocks_per_request) * bs, max_s);
   ASSERT_EQ(p.block_table.size(), static_cast<size_t>(n) * p.max_blocks_per_request);

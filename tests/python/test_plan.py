@@ -45,6 +45,7 @@ def check_plan(plan, query, context, table, block_size, threshold, budget):
     np.testing.assert_array_equal(plan.cu_seqlens_k, np.concatenate([[0], np.cumsum(seq)]))
     assert plan.num_requests == n and plan.num_tokens == query.sum()
     assert plan.max_query_len == query.max(initial=0)
+    assert plan.max_decode_query_len == query[cls == DECODE].max(initial=0)
     assert plan.max_seq_len == seq.max(initial=0)
     assert plan.block_size == block_size and plan.decode_threshold == threshold
 

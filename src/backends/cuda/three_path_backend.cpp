@@ -120,17 +120,12 @@ class ThreePathBackend final : public CudaAttentionBackend {
     launches_.clear();
 
     // Decode: the planner's splits; per-token part counts for the merge.
-    // The 16-row tile unless a decode request's rows exceed it (the step's longest query, a
-    // prefill, says nothing about decode: taking it sent every mixed step's decode requests to
-    // the unified 64-row tile, 575 us against ~165 on the H200, run m2).
-    decode_tile_ = kernels::kRows16;
-    max_decode_query_ = 1;
-    for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i)
-      max_decode_query_ = std::max(max_decode_query_, plan.query_lens[i]);
-    int decode_rows = 16;
-    for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i)
-      if (plan.query_lens[i] * group > 16) decode_tile_ = kernels::kRows64;
-    if (decode_tile_ == kernels::kRows64) decode_rows = 64;
+    // The 16-row tile unless a decode request's rows exceed it. (Sized once from the step's
+    // longest query, a prompt's, it sent every mixed step's decode requests to the unified
+    // 64-row tile: 575 us against ~165 on the H200, run m2.)
+    decode_tile_ = plan.max_decode_query_len * group <= 16 ? kernels::kRows16 : kernels::kRows64;
+    max_decode_query_ = std::max(1, plan.max_decode_query_len);
+    const int decode_rows = decode_tile_ == kernels::kRows64 ? 64 : 16;
     decode_splits_ = 0;
     for (int32_t d = 0; d < plan.decode.num_requests(); ++d)
       decode_splits_ =

@@ -363,8 +363,7 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
   // The measured-faster kernels are the defaults: TMA loads issued by every producer warp,
   // 128-key flash tiles with FA3's consumer order and ping-pong, and the wgmma MLA decode
   // kernel; prefill and extend in one launch (one pass per extend row where its context fits
-  // one round); programmatic
-  // dependent launches off (measured no faster).
+  // one round); programmatic dependent launches off (measured no faster).
   EXPECT_EQ(defaults, (std::vector<int>{2, 13, 0, 2, 0, 4}));
 }
 

@@ -282,7 +282,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
         m.part_out = slot_out[acc] - ext_row0 * dim;
         m.part_lse = slot_lse[acc] - ext_row0;
         // Part 1 (the chunk, slot 2) sits a signed distance away from the running state.
-        m.part_stride = (slot_lse[2] - slot_lse[acc]);
+        m.part_stride = (slot_lse[kChunkSlot] - slot_lse[acc]);
         m.num_parts = 2;
         m.heads = params.num_q_heads;
         m.dim = params.head_dim;
@@ -360,33 +360,27 @@ class ThreePathBackend final : public CudaAttentionBackend {
       if (extend_gather_)
         ExtendGather::shift_items(plan, c, items.data() + round_begin, items.size() - round_begin);
     };
-    // One round holding every extend request's whole context (always so for a step whose
-    // extend contexts fit the chunk budget): with fuse_ 2 each item takes its rows' context and
-    // new keys in one pass, [0, seq_len) with the causal offset, and writes the final output:
-    // no partial slots, no merge (the same exact softmax over the same keys).
-    bool whole_context = fuse_ == 2 && !extend_gather_ && plan.num_chunks == 1;
-    for (int32_t e = 0; e < ne && whole_context; ++e)
-      whole_context = plan.chunk_kv_start[e] == 0 &&
-                      plan.chunk_kv_len[e] == plan.context_lens[plan.extend.begin + e];
-    if (whole_context) {
-      const size_t extend_begin = items.size();
-      for (int32_t i = plan.extend.begin; i < plan.extend.end; ++i)
+    // Every key of each request of `range` from 0, the final output written directly.
+    auto add_whole = [&](const PathRange& range) {
+      const size_t begin = items.size();
+      for (int32_t i = range.begin; i < range.end; ++i)
         add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
-      order(extend_begin);
-      const size_t prefill_begin = items.size();
-      for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
-        add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
-      order(prefill_begin);
+      order(begin);
+    };
+    // A single round holds every extend request's whole context (the plan puts each context
+    // token in exactly one chunk): with fuse_ 2 each extend item takes its rows' context and new
+    // keys in one pass, [0, seq_len) with the causal offset, and writes the final output: no
+    // partial slots, no merge (the same exact softmax over the same keys).
+    if (fuse_ == 2 && !extend_gather_ && plan.num_chunks == 1) {
+      add_whole(plan.extend);
+      add_whole(plan.prefill);
       push_launch(items, kernels::kRows64, Launch::kCompute, -1, flash);
       return;
     }
     // A gathered round reads its own workspace (other tensor maps): never fused.
     const bool fuse_round = fuse_ >= 1 && !extend_gather_ && plan.num_chunks > 0;
     if (fuse_round) add_round(0);
-    const size_t prefill_begin = items.size();
-    for (int32_t i = plan.prefill.begin; i < plan.prefill.end; ++i)
-      add_items(items, plan, i, group, hkv, rows, 0, plan.seq_len(i), -1);
-    order(prefill_begin);
+    add_whole(plan.prefill);
     if (fuse_ == 0) push_launch(items, kernels::kRows64, Launch::kCompute, -1, flash);
 
     const size_t self_begin = items.size();

@@ -32,6 +32,11 @@ std::vector<VariantVariable> variant_variables() {
        "round holds every extend context, extend items take context and new keys in one pass "
        "(no partial slots, no merge); 0: one launch each",
        2, 2, ""},
+      {"TRIPATH_DECODE_CLUSTER", "three_path",
+       "1: split-KV decode with the same 2..8 splits for every request merges each row set's "
+       "splits inside a thread-block cluster (distributed shared memory), no merge launch; 0: "
+       "partial states and the merge kernel",
+       1, 1, ""},
       {"TRIPATH_PDL", "three_path, mla",
        "1: decode kernels and their merge launched as programmatic dependents (they start while "
        "the kernel before them ends)",

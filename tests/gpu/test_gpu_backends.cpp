@@ -13,6 +13,10 @@
 
 #include "gpu_test_util.h"
 
+#ifdef TRIPATH_WITH_CUDA
+#include "decode/launch.h"
+#endif
+
 namespace tripath::gputest {
 namespace {
 
@@ -33,6 +37,8 @@ struct GpuCase {
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
                                  // programmatic dependents)
+  bool decode_cluster = true;    // three_path's TRIPATH_DECODE_CLUSTER (an even decode batch of
+                                 // few row sets as 2-CTA clusters of halves)
   int fuse_compute = 2;          // three_path's TRIPATH_FUSE_COMPUTE: 2 (default) as 1, and one
                                  // pass per extend item where one round holds every context; 1
                                  // prefill, self-part and first round in one launch; 0 one each
@@ -187,14 +193,51 @@ std::vector<GpuCase> all_cases() {
           add(k, "pdl_" + m.name.substr(b.size() + 1));
         }
       }
-      // Uniform decode batches (4, 5, 6, 8 splits per request on 132 SMs), the published tp8
-      // shape first.
+      // Uniform decode batches. The tp8 shard's (64 row sets on 132 SMs) run as 2-CTA clusters
+      // by default (TRIPATH_DECODE_CLUSTER=1; add_decode_pairs), and once with the planner's
+      // splits and the merge kernel; then pair cases with every feature: lengths within 7/8,
+      // sinks, a window, soft-cap, no LSE, two KV heads, HND and tiled layouts, f16, MTP rows
+      // (2 x 8 = 16 rows), cache blocks of 64. The others' splits (5, 6, 8) take the merge kernel.
       {
         GpuCase c = base;
         c.hq = 8;
         c.hkv = 1;
         c.reqs.assign(64, {1, 4096});
         add(c, "decode_uniform_tp8");
+        c.decode_cluster = false;
+        add(c, "merge_kernel_decode_uniform_tp8");
+        c = base;
+        c.hq = 8;
+        c.hkv = 1;
+        c.reqs.clear();
+        for (int r = 0; r < 64; ++r) c.reqs.push_back({1, 3000 + (r * 37) % 400});
+        c.sinks = true;
+        c.window = 1500;
+        c.softcap = 30.0f;
+        add(c, "pairs_tp8_sinks_window_softcap");
+        c.window = -1;
+        c.softcap = 0.0f;
+        c.sinks = false;
+        c.lse = false;
+        c.layout = KvLayout::kHND;
+        c.dtype = c.cache = DType::kF16;
+        add(c, "pairs_tp8_f16_hnd_no_lse");
+        c = base;
+        c.hq = 16;
+        c.hkv = 2;
+        c.layout = KvLayout::kTiled;
+        c.reqs.assign(32, {1, 5000});
+        c.reqs[7] = {1, 4400};
+        add(c, "pairs_gqa8_2kv_tiled");
+        c = base;
+        c.hq = 8;
+        c.hkv = 1;
+        c.threshold = 2;
+        c.block_size = 64;
+        c.sinks = true;
+        c.reqs.assign(60, {2, 3500});
+        for (int r = 0; r < 60; r += 3) c.reqs[r] = {1, 3600};
+        add(c, "pairs_tp8_mtp2_block64");
         c = base;
         c.hq = 16;
         c.sinks = true;
@@ -221,8 +264,8 @@ std::vector<GpuCase> all_cases() {
         for (const char* name :
              {"three_path_mixed_d128", "three_path_many_chunks_window_sinks",
               "three_path_extend_40k_chunked", "three_path_f16_fp8_mixed", "three_path_edge_tiny",
-              "three_path_gptoss_like_d64_window_sinks", "three_path_gemma_like_d256_softcap_window",
-              "three_path_extend_20k"}) {
+              "three_path_gptoss_like_d64_window_sinks",
+              "three_path_gemma_like_d256_softcap_window", "three_path_extend_20k"}) {
           if (m.name != name) continue;
           for (int fuse : {0, 1}) {
             GpuCase k = m;
@@ -493,6 +536,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
     ScopedEnv tma("TRIPATH_FLASH_TMA", !c.flash_tma ? "0" : c.tma_all_warps ? "2" : "1");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
     ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
+    ScopedEnv cluster("TRIPATH_DECODE_CLUSTER", c.decode_cluster ? "1" : "0");
     const std::string fuse_value = std::to_string(c.fuse_compute);
     ScopedEnv fuse("TRIPATH_FUSE_COMPUTE", fuse_value.c_str());
     const std::string overlap_value = std::to_string(c.flash_overlap);
@@ -617,6 +661,73 @@ TEST(GpuGraph, CaptureAndReplay) {
 #endif
 }
 
+// three_path's 2-CTA cluster decode (TRIPATH_DECODE_CLUSTER=1) really replaces the planner's
+// splits and their merge on the shape it is for: a decode batch of as many requests of 4096
+// keys as clusters fit in one wave at 8 query / 1 KV head captures one kernel fewer than with the
+// variable at 0 (the merge launch gone), and both give the same output up to the merge order's
+// rounding.
+TEST(GpuGraph, DecodePairsDropTheMergeLaunch) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  GpuCase c;
+  c.hq = 8;
+  c.hkv = 1;
+  if (!spec_built(c.dim, c.dtype, c.cache)) GTEST_SKIP() << "128/bf16/bf16 not built";
+  // As many row sets as 2-CTA clusters fit at once (one wave), at most half the SMs.
+  const int pairs = std::min(build_info().gpu_sm_count / 2,
+                             kernels::decode_cluster_capacity(128, DType::kBF16, DType::kBF16));
+  ASSERT_GT(pairs * 4, build_info().gpu_sm_count * 3 / 2) << "cluster capacity " << pairs;
+  c.reqs.assign(static_cast<size_t>(pairs), {1, 4096});
+  HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache, true,
+                         1, build_info().gpu_sm_count, 11);
+  const size_t out_elems = static_cast<size_t>(s.plan.num_tokens) * c.hq * c.dim;
+  DeviceMem kc, vc, q, k, v, out, lse, sinks;
+  kc.upload(s.k_cache);
+  vc.upload(s.v_cache);
+  q.upload(s.q);
+  k.upload(s.k);
+  v.upload(s.v);
+  out.resize(out_elems * 2);
+  lse.resize(s.plan.num_tokens * c.hq * 4);
+  Views g = make_views(c, s, Device::kCUDA, kc.get(), vc.get(), q.get(), k.get(), v.get(),
+                       out.get(), c.dtype, lse.get(), sinks.get());
+  cudaStream_t stream;
+  TRIPATH_TEST_CUDA(cudaStreamCreate(&stream));
+  g.in.stream = stream;
+  size_t nodes[2] = {0, 0};
+  std::vector<uint16_t> results[2];
+  for (int cluster : {0, 1}) {
+    std::unique_ptr<AttentionBackend> backend;
+    {
+      ScopedEnv env("TRIPATH_DECODE_CLUSTER", cluster == 1 ? "1" : "0");
+      backend = create_attention_backend("three_path");
+    }
+    backend->prepare(s.plan, g.params, stream);
+    TRIPATH_TEST_CUDA(cudaMemset(out.get(), 0xFF, out_elems * 2));
+    cudaGraph_t graph;
+    TRIPATH_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    backend->run(s.plan, g.params, g.in);
+    TRIPATH_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
+    TRIPATH_TEST_CUDA(cudaGraphGetNodes(graph, nullptr, &nodes[cluster]));
+    cudaGraphExec_t exec;
+    TRIPATH_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+    TRIPATH_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+    results[cluster] = out.download<uint16_t>(out_elems);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  }
+  cudaStreamDestroy(stream);
+  EXPECT_EQ(nodes[1] + 1, nodes[0]) << "graph nodes with / without the cluster decode";
+  int far = 0;
+  for (size_t i = 0; i < out_elems; ++i) {
+    const float a = bf16_to_float(results[0][i]), b = bf16_to_float(results[1][i]);
+    if (!(std::fabs(a - b) <= 2e-2f * (1.0f + std::fabs(a)))) ++far;
+  }
+  EXPECT_EQ(far, 0) << "outputs apart between the two decode forms";
+#endif
+}
+
 // three_path's variant variables: a value it does not know is an error naming the variable,
 // never a silent fallback; 0 (off) and unset (the default) are accepted.
 TEST(GpuErrors, ThreePathVariantVariables) {
@@ -626,11 +737,12 @@ TEST(GpuErrors, ThreePathVariantVariables) {
     const char* name;
     const char* value;
   };
-  for (const Bad b : {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "3"},
-                      Bad{"TRIPATH_FLASH_OVERLAP", "14"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
-                      Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
-                      Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"},
-                      Bad{"TRIPATH_FUSE_COMPUTE", "3"}, Bad{"TRIPATH_FUSE_COMPUTE", "no"}}) {
+  for (const Bad b :
+       {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "3"},
+        Bad{"TRIPATH_FLASH_OVERLAP", "14"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
+        Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
+        Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}, Bad{"TRIPATH_FUSE_COMPUTE", "3"},
+        Bad{"TRIPATH_FUSE_COMPUTE", "no"}, Bad{"TRIPATH_DECODE_CLUSTER", "2"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
@@ -639,9 +751,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
       EXPECT_NE(std::string(e.what()).find(b.name), std::string::npos) << e.what();
     }
   }
-  for (const char* name :
-       {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER", "TRIPATH_PDL",
-        "TRIPATH_FUSE_COMPUTE"}) {
+  for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER",
+                           "TRIPATH_PDL", "TRIPATH_FUSE_COMPUTE", "TRIPATH_DECODE_CLUSTER"}) {
     for (const char* ok : {"0", ""}) {
       ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";

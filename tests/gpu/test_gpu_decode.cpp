@@ -3,11 +3,12 @@
 // inputs, outputs / LSEs / partial buffers NaN-poisoned, caches NaN-poisoned outside written
 // slots, block tables shuffled over a pool 2.5x the need. Covers GQA groups 1, 3, 4, 8, 16, every
 // built head dim, block sizes 1/16/32/64, NHD/HND/tiled, contexts 0..70000, one split (final
-// output written directly) and several (uneven, some empty: partials + the merge kernel, and the
-// planner's partition), window, soft-cap, sinks, LSE on/off, a non-default scale, fp8 KV with
-// distinct k/v scales, f16, decode_threshold 2 and 4 (MTP rows). Repeated runs are bitwise
-// identical. GpuDecodeBench times the kernel against the unified kRows16 tile on the published
-// decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
+// output written directly) and several (uneven, some empty: partials + the merge kernel, the
+// planner's partition, or 2..8 merged inside thread-block clusters of the wide one-block-per-SM
+// configuration, 16-bit caches of head dim <= 128), window, soft-cap, sinks, LSE on/off, a
+// non-default scale, fp8 KV with distinct k/v scales, f16, decode_threshold 2 and 4 (MTP rows).
+// Repeated runs are bitwise identical. GpuDecodeBench times the kernel against the unified kRows16
+// tile on the published decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -40,6 +41,9 @@ struct DecodeCase {
   // request (some empty for short contexts) merged by the merge kernel; 0: the planner's split
   // partition (always merged, as three_path does).
   int splits = 1;
+  // With splits in 2..8: each (request, KV head)'s splits as one cluster merging in distributed
+  // shared memory (UnifiedParams::cluster_splits), no partial buffers, no merge kernel.
+  bool cluster = false;
   std::vector<ReqShape> reqs;
 };
 
@@ -166,6 +170,23 @@ std::vector<DecodeCase> all_cases() {
     c.sinks = true;
     c.splits = 2;
     add(c, "mtp_qlen4_gqa4_sinks_splits2");
+    // Eight splits (the cluster's most), short contexts leaving some empty, sinks.
+    c = base;
+    c.hq = 8;
+    c.hkv = 1;
+    c.splits = 8;
+    c.sinks = true;
+    c.reqs = {{1, 4096}, {1, 5}, {1, 0}, {1, 1500}, {1, 77}};
+    add(c, "tp8_like_sinks_splits8");
+  }
+  // The cluster merge (the wide configuration) on every case with 2..8 splits that it is built
+  // for: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks, no LSE, f16, MTP
+  // rows, empty splits).
+  for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
+    if (m.splits < 2 || m.splits > 8 || m.cache != m.dtype || m.dim > 128) continue;
+    DecodeCase c = m;
+    c.cluster = true;
+    add(c, "cluster_" + m.name);
   }
   return out;
 }
@@ -312,6 +333,11 @@ void check_case(const DecodeCase& c) {
   p.scale_log2 = p.score_scale * 1.4426950408889634f;
   p.softcap = c.softcap;
   p.v_scale = fp8 ? s.cache.v_scale : 1.0f;
+  if (c.cluster) {
+    // Items are (request, KV head)-major, split-minor: each group of `splits` is one cluster.
+    p.cluster_splits = c.splits;
+    direct = true;  // the kernel writes the final output
+  }
 
   kernels::MergeParams m{};
   m.part_out = p.partial_out;
@@ -352,6 +378,13 @@ void check_case(const DecodeCase& c) {
     }
     EXPECT_EQ(bad, 0);
   }
+  if (c.cluster) {  // the partial buffers were not touched
+    const std::vector<float> part_lse =
+        d_part_lse.download<float>(static_cast<size_t>(max_parts * rows));
+    EXPECT_TRUE(std::all_of(part_lse.begin(), part_lse.end(), [](float x) {
+      return std::isnan(x);
+    })) << "a cluster-merged launch wrote partial LSEs";
+  }
   if (!direct) {  // every partial slot a token owns was written (an empty split: LSE -inf)
     const std::vector<float> part_lse =
         d_part_lse.download<float>(static_cast<size_t>(max_parts * rows));
@@ -378,6 +411,28 @@ void check_supports() {
   if (kernels::decode_built(128, DType::kBF16, DType::kBF16)) {
     EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 16, 1, &why));
     EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 8, 2, &why));
+    // Cluster merges: 2..8 splits and whole groups of items, refused before any launch.
+    kernels::UnifiedParams p{};
+    p.num_items = 9;
+    for (int bad : {1, 9, -2}) {
+      p.cluster_splits = bad;
+      EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
+                cudaErrorInvalidValue)
+          << "cluster_splits " << bad;
+    }
+    p.cluster_splits = 2;  // 9 items are not whole pairs
+    EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
+              cudaErrorInvalidValue);
+    EXPECT_TRUE(kernels::decode_cluster_built(128, DType::kBF16, DType::kBF16));
+  }
+  // The wide configuration is not built for fp8 caches: a cluster launch there is refused.
+  if (kernels::decode_built(128, DType::kBF16, DType::kFP8E4M3)) {
+    EXPECT_FALSE(kernels::decode_cluster_built(128, DType::kBF16, DType::kFP8E4M3));
+    kernels::UnifiedParams p{};
+    p.num_items = 2;
+    p.cluster_splits = 2;
+    EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kFP8E4M3, p, nullptr),
+              cudaErrorInvalidValue);
   }
 }
 

@@ -10,12 +10,15 @@
 //    one chunk (extend_gather.h), whichever measures faster.
 // Decode runs the split-KV paged decode kernel (src/kernels/decode) when a request's rows (query
 // tokens x GQA group) fit its 16-row tile, the unified tiles otherwise; a step whose decode
-// requests all have one split writes the output directly (no partials, no merge).
+// requests all have one split writes the output directly (no partials, no merge); an even
+// batch of few row sets (the tensor-parallel shard) runs as 2-CTA clusters merging in
+// distributed shared memory (add_decode_pairs).
 // Prefill and extend run the Hopper flash kernel (src/kernels/prefill: wgmma, 128-row work
 // items) on compute capability 9.0 when the cache holds the q dtype and the head dim is built
 // for it; otherwise the unified mma.sync tile kernel (64-row items).
 // All launches go to the caller's stream; nothing allocates or synchronizes in run().
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <tuple>
@@ -71,13 +74,13 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //   TRIPATH_FLASH_OVERLAP (default 13: =5 with Q in registers for S = Q K^T, 1-6% faster
   //     than =5 in an interleaved A/B on the H200, run i6). =5: 128-key tiles, a producer
   //     warpgroup that hands its registers to the consumers, FA3's consumer order (S(j + 1)
-  //     and P V(j) back to back, softmax(j + 1) under P V(j)) and ping-pong between the two consumer warpgroups (with
-  //     TMA=2: prefill-8k 8.28 against =4's 8.80 ms, mixed 4.86 against 5.35); =4: the same
-  //     tiles with the serial consumer loop (the default up to run h3: 10.3 vs 11.85 ms for
-  //     =0, 64-key tiles); =1: FA3's order on 64-key tiles; =2: on 128-key tiles; =3: =1 with
-  //     the two consumer warpgroups taking turns at the tensor cores; =6 / =7: timing
-  //     probes of =4 on TMA loads, its math alone / its loads alone (outputs meaningless); =8:
-  //     =5's math alone; =9 / =10: =4 / =5 in 2-CTA clusters whose CTAs share each K/V tile
+  //     and P V(j) back to back, softmax(j + 1) under P V(j)) and ping-pong between the two
+  //     consumer warpgroups (with TMA=2: prefill-8k 8.28 against =4's 8.80 ms, mixed 4.86
+  //     against 5.35); =4: the same tiles with the serial consumer loop (the default up to run
+  //     h3: 10.3 vs 11.85 ms for =0, 64-key tiles); =1: FA3's order on 64-key tiles; =2: on 128-key
+  //     tiles; =3: =1 with the two consumer warpgroups taking turns at the tensor cores; =6 / =7:
+  //     timing probes of =4 on TMA loads, its math alone / its loads alone (outputs meaningless);
+  //     =8: =5's math alone; =9 / =10: =4 / =5 in 2-CTA clusters whose CTAs share each K/V tile
   //     they both read (TMA multicast: one L2 read for two items; measured slower, 9.65 /
   //     9.13 against 8.63 ms on prefill-8k); =11 / =12: =4 / =5 in persistent CTAs (one per
   //     SM, each looping over the items in a static snake order; the next item's loads run
@@ -92,6 +95,11 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     apart, run m1); 2: the same, and where one round holds every extend context, each
   //     extend item runs its context and new keys in one pass (no slots, no merge); 0: each in
   //     its own launch.
+  //   TRIPATH_DECODE_CLUSTER (default 1): a decode batch of even lengths whose row sets, cut
+  //     in halves, fit one wave at one block per SM (the 8-query / 1-KV-head shard at 64
+  //     requests) runs each row set as a 2-CTA cluster of wide blocks that merges in
+  //     distributed shared memory (add_decode_pairs); 0: the planner's splits, partials and
+  //     the merge kernel.
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -106,6 +114,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
     pdl_ = read_variant("TRIPATH_PDL") == 1;
     fuse_ = read_variant("TRIPATH_FUSE_COMPUTE");
+    decode_cluster_ = read_variant("TRIPATH_DECODE_CLUSTER") == 1;
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -145,6 +154,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
       }
     }
     push_launch(items, decode_tile_, Launch::kDecode, -1);
+    decode_pairs_ = decode_cluster_ && decode_tile_ == kernels::kRows16 &&
+                    add_decode_pairs(items, plan, group, hkv, params.head_dim);
 
     // Prefill and extend, as 64-row items for the unified tiles and, where the flash kernel
     // may run (the cache dtype is known only in run()), again as its 128-row items.
@@ -224,9 +235,14 @@ class ThreePathBackend final : public CudaAttentionBackend {
         kernels::decode_kernel_supports(params.head_dim, in.q.dtype, kv,
                                         params.num_q_heads / params.num_kv_heads,
                                         plan.decode.num_requests() > 0 ? max_decode_query_ : 1);
+    // The 2-CTA clusters' item set where the wide kernel is built for this cache, else the
+    // planner's splits.
+    const bool pairs = decode_pairs_ && decode_kernel &&
+                       kernels::decode_cluster_built(params.head_dim, in.q.dtype, kv);
     int acc = 0;  // extend slot holding the running state
     for (const Launch& l : launches_) {
       if (l.kind != Launch::kDecode && l.flash != flash) continue;  // the other item set
+      if (l.kind == Launch::kDecode && l.pairs != pairs) continue;
       kernels::UnifiedParams p = unified_params(plan, params, in);
       p.items = arena().at<UnifiedWorkItem>(items_offset_) + l.first_item;
       p.num_items = l.num_items;
@@ -240,7 +256,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
       }
       // The partial buffers hold only this path's tokens: one "token block" per split slot.
       p.num_tokens = static_cast<int32_t>(l.kind == Launch::kDecode ? plan.decode.num_tokens()
-                                                                     : plan.extend.num_tokens());
+                                                                    : plan.extend.num_tokens());
       // Gathered chunks: copy the chunk, then read the workspace (the items are shifted).
       const bool gathered = gather && l.chunk >= 0;
       if (gathered) {
@@ -252,6 +268,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
             params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
+        p.cluster_splits = l.pairs ? 2 : 0;
         TRIPATH_CUDA_CHECK(
             kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -259,7 +276,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
             kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
       }
 
-      if (l.kind == Launch::kDecode && !decode_direct_) {
+      if (l.kind == Launch::kDecode && !decode_direct_ && !l.pairs) {
         kernels::MergeParams m{};
         m.part_out = decode_out - dec_row0 * dim;
         m.part_lse = decode_lse - dec_row0;
@@ -315,14 +332,59 @@ class ThreePathBackend final : public CudaAttentionBackend {
     int32_t first_item, num_items;
     int32_t chunk;  // kCompute: the chunk round this launch holds (merged after it), or -1
     bool flash;     // an item set for the flash kernel (128 rows); else the unified tiles
+    bool pairs;     // kDecode: the row sets' halves in 2-CTA clusters (add_decode_pairs)
   };
 
   void push_launch(const std::vector<UnifiedWorkItem>& items, kernels::UnifiedTile tile,
-                   Launch::Kind kind, int32_t chunk, bool flash = false) {
+                   Launch::Kind kind, int32_t chunk, bool flash = false, bool pairs = false) {
     const int32_t first =
         launches_.empty() ? 0 : launches_.back().first_item + launches_.back().num_items;
     const int32_t count = static_cast<int32_t>(items.size()) - first;
-    if (count > 0) launches_.push_back({kind, tile, first, count, chunk, flash});
+    if (count > 0) launches_.push_back({kind, tile, first, count, chunk, flash, pairs});
+  }
+
+  // The decode path as 2-CTA clusters, a second item set beside the planner's splits (the
+  // cache dtype, which decides whether the wide kernel is built, is known only in launch()).
+  // The planner models two blocks per SM; when every decode request was split (splitting pays)
+  // and the batch is even (the shortest key range at least 7/8 of the longest) with 3/4 to all
+  // of the SMs' worth of row set halves, one wave of wide blocks (one per SM, a 6-stage ring)
+  // streams the same bytes with no partial writes and no merge launch: each row set's keys cut
+  // at a cache block near the middle, the two halves one cluster merging in distributed shared
+  // memory. False (no items) otherwise.
+  bool add_decode_pairs(std::vector<UnifiedWorkItem>& items, const StepPlan& plan, int group,
+                        int hkv, int head_dim) {
+    const CudaDeviceInfo& dev = cuda_device_info();
+    const int32_t nd = plan.decode.num_requests();
+    if (dev.compute_capability < 90 || nd == 0) return false;
+    int32_t shortest = INT32_MAX, longest = 0;
+    for (int32_t d = 0; d < nd; ++d) {
+      if (plan.decode_cu_splits[d + 1] - plan.decode_cu_splits[d] < 2) return false;
+      const int32_t len = plan.seq_len(plan.decode.begin + d);
+      shortest = std::min(shortest, len);
+      longest = std::max(longest, len);
+    }
+    const int64_t blocks = 2LL * nd * hkv;  // one row tile per (request, KV head): 16 rows
+    if (shortest * 8LL < longest * 7LL || blocks * 4 < dev.sm_count * 3) return false;
+    // One wave: every cluster resident at once (measured, not assumed: a GPC of odd SM count
+    // leaves one out).
+    if (capacity_head_dim_ != head_dim) {
+      capacity_head_dim_ = head_dim;
+      cluster_capacity_ =
+          std::max(kernels::decode_cluster_capacity(head_dim, DType::kBF16, DType::kBF16),
+                   kernels::decode_cluster_capacity(head_dim, DType::kF16, DType::kF16));
+    }
+    if (blocks > 2LL * cluster_capacity_) return false;
+    const int32_t bs = plan.block_size;
+    for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i) {
+      const int32_t len = plan.seq_len(i);
+      const int32_t mid = std::min(len, (len / 2 + bs - 1) / bs * bs);
+      for (int g = 0; g < hkv; ++g) {
+        items.push_back({i, g, g * group, 0, 0, mid, 0, 0});
+        items.push_back({i, g, g * group, 0, mid, len, 1, 0});
+      }
+    }
+    push_launch(items, kernels::kRows16, Launch::kDecode, -1, false, true);
+    return true;
   }
 
   // Prefill (final output, causal over the new tokens) and extend: the self-part (split slot 0)
@@ -415,8 +477,12 @@ class ThreePathBackend final : public CudaAttentionBackend {
   size_t items_offset_ = 0, token_parts_offset_ = 0;
   std::vector<Launch> launches_;
   DeviceBuffer workspace_;
-  bool pdl_ = false;  // TRIPATH_PDL=1
-  int fuse_ = 2;  // TRIPATH_FUSE_COMPUTE
+  bool pdl_ = false;            // TRIPATH_PDL=1
+  bool decode_cluster_ = true;  // TRIPATH_DECODE_CLUSTER=1
+  bool decode_pairs_ = false;   // this plan has the 2-CTA cluster item set (add_decode_pairs)
+  int capacity_head_dim_ = -1;  // the head dim cluster_capacity_ was asked for (-1: none yet)
+  int cluster_capacity_ = 0;    // 2-CTA clusters of the wide decode kernel resident at once
+  int fuse_ = 2;                // TRIPATH_FUSE_COMPUTE
 };
 
 }  // namespace

@@ -34,4 +34,28 @@ __device__ __forceinline__ void arrive_remote(uint64_t* bar, uint32_t rank) {
       : "memory");
 }
 
+// Loads of the float / float4 at the same shared-memory offset as `p` in CTA `rank`.
+__device__ __forceinline__ float load_remote(const float* p, uint32_t rank) {
+  float v;
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %1, %2;\n"
+      "ld.shared::cluster.f32 %0, [remote];\n}\n"
+      : "=f"(v)
+      : "r"(smem_addr(p)), "r"(rank)
+      : "memory");
+  return v;
+}
+__device__ __forceinline__ float4 load_remote4(const float* p, uint32_t rank) {
+  float4 v;
+  asm volatile(
+      "{\n.reg .b32 remote;\n"
+      "mapa.shared::cluster.u32 remote, %4, %5;\n"
+      "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
+      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+      : "r"(smem_addr(p)), "r"(rank)
+      : "memory");
+  return v;
+}
+
 }  // namespace tripath::kernels::cluster

@@ -14,6 +14,23 @@ bool decode_built(int head_dim, DType q, DType kv) {
   return false;
 }
 
+bool decode_cluster_built(int head_dim, DType q, DType kv) {
+#define X(D, T, K, QE, KE) \
+  if (head_dim == D && q == DType::QE && kv == DType::KE) return kDecodeClusterBuilt<D, T, K>;
+  TRIPATH_UNIFIED_SPECIALIZATIONS(X)
+#undef X
+  return false;
+}
+
+int decode_cluster_capacity(int head_dim, DType q, DType kv) {
+#define X(D, T, K, QE, KE)                                \
+  if (head_dim == D && q == DType::QE && kv == DType::KE) \
+    return decode_cluster_capacity_impl<D, T, K>();
+  TRIPATH_UNIFIED_SPECIALIZATIONS(X)
+#undef X
+  return 0;
+}
+
 bool decode_kernel_supports(int head_dim, DType q, DType kv, int group, int max_query_len,
                             std::string* why) {
   auto no = [&](const std::string& reason) {

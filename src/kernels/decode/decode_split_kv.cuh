@@ -11,11 +11,16 @@
 // Grid: one block per item; kWarps warps (head dim <= 128: 4 for 16-bit KV, 6 for fp8; else 2)
 // each own 16 keys of every stage. Stages of kKeys = 16 * kWarps keys stream through shared
 // memory in a kStages-deep cp.async ring sized to keep two blocks per SM (bf16 D=128: 3 x 64
-// keys, 64 KB in flight per block; fp8 D=128: 3 x 96 keys): one __syncthreads per stage. Each key's global row offset is
-// computed once (one block-table lookup per key, a stage ahead, into shared memory), not per
-// 16-byte chunk. QK^T and PV on tensor cores (mma.sync m16n8k16, f32 accumulate), online softmax
-// in base 2 per warp; the warps' states combine through shared memory at the end. fp8 caches land
-// raw and widen in registers (decode_fragments.cuh) with the tensor cores in f16.
+// keys, 64 KB in flight per block; fp8 D=128: 3 x 96 keys): one __syncthreads per stage. Each key's
+// global row offset is computed once (one block-table lookup per key, a stage ahead, into shared
+// memory), not per 16-byte chunk. QK^T and PV on tensor cores (mma.sync m16n8k16, f32 accumulate),
+// online softmax in base 2 per warp; the warps' states combine through shared memory at the end.
+// fp8 caches land raw and widen in registers (decode_fragments.cuh) with the tensor cores in f16.
+// Cluster launches (p.cluster_splits = S): each row set's S splits run as one cluster of wide
+// blocks (one per SM, a 6-stage ring), which leave their normalized rows and LSEs in shared
+// memory and merge them through distributed shared memory (decode_cluster_merge): no partial
+// buffers and no merge launch. three_path takes it with S = 2 for batches whose row sets, cut in
+// halves, fit one wave (the 8-query / 1-KV-head shard).
 //
 // Specializations: head dim x q dtype (bf16, f16) x KV dtype (q dtype, fp8 e4m3), generated from
 // the unified table in src/kernels/CMakeLists.txt. Tests: tests/gpu/test_gpu_decode.cpp (also
@@ -27,15 +32,21 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/cluster.cuh"
 #include "common/device_math.cuh"
 #include "common/kv_layout.h"
 #include "common/launch_kernel.h"
 #include "decode/decode_fragments.cuh"
+#include "decode/launch.h"
 #include "unified/params.h"
 
 namespace tripath::kernels {
 
-template <int D, typename T, typename KvT>
+// kWide: one block per SM with the whole shared memory as its ring (6 stages, 5 in flight: 174
+// KB for bf16 D = 128, where two blocks of 3 stages hold 139 KB per SM). The cluster launches
+// (p.cluster_splits) take it: a small batch whose row sets, split in halves, fit one wave at one
+// block per SM needs each block to stream twice the bytes of a two-per-SM block.
+template <int D, typename T, typename KvT, bool kWide = false>
 struct DecodeConfig {
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
   using MmaT = std::conditional_t<kFp8, fp16, T>;  // fp8 widens exactly into f16
@@ -46,7 +57,7 @@ struct DecodeConfig {
   static constexpr int kThreads = 32 * kWarps;
   // 6 warps need <= 170 registers for two blocks per SM; 4 warps fit any count (the bound would
   // change their code: 168 -> 203 registers in ptxas).
-  static constexpr int kMinBlocks = kWarps > 4 ? 2 : 0;
+  static constexpr int kMinBlocks = kWide ? 1 : kWarps > 4 ? 2 : 0;
   static constexpr int kKeys = 16 * kWarps;   // keys per stage: 16 per warp
   static constexpr int kPer = kFp8 ? 16 : 8;  // elements per 16-byte chunk
   static constexpr int kChunks = D / kPer;    // 16-byte chunks per K/V row
@@ -58,8 +69,9 @@ struct DecodeConfig {
   static constexpr int kSmemQ = 16 * kQStride * sizeof(T);
   static constexpr int kSmemQh = kFp8 ? 16 * kQStride * 2 : 0;  // f16 q, permuted (fp8 only)
   static constexpr int kSmemQmul = 16 * sizeof(float);
-  // Two blocks per SM: 228 KB per SM, 1 KB reserved per block.
-  static constexpr int kSmemBudget = 113 * 1024;
+  // Two blocks per SM: 228 KB per SM, 1 KB reserved per block; kWide: the 227 KB one block may
+  // have.
+  static constexpr int kSmemBudget = kWide ? 227 * 1024 : 113 * 1024;
   static constexpr int kStagesFit =
       (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul) / (kStageBytes + kKeys * 8);
   static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
@@ -68,14 +80,18 @@ struct DecodeConfig {
   // The end-of-block combine reuses the stage ring: per warp 16 rows x (D + 8) floats, m, l.
   static constexpr int kReduceStride = D + 8;
   static constexpr int kSmemReduce = kWarps * 16 * (kReduceStride + 2) * 4;
-  static constexpr int kOffQ = kSmemKV > kSmemReduce ? kSmemKV : kSmemReduce;
+  // Cluster merge (p.cluster_splits): the block's normalized rows and LSEs after the combine,
+  // for its peers to read: [16][D] + [16] floats behind the combine's buffers.
+  static constexpr int kSmemPart = kWide ? (16 * D + 16) * 4 : 0;
+  static constexpr int kOffQ =
+      kSmemKV > kSmemReduce + kSmemPart ? kSmemKV : kSmemReduce + kSmemPart;
   static constexpr int kOffQh = kOffQ + kSmemQ;
   static constexpr int kOffKB = kOffQh + kSmemQh;
   static constexpr int kOffQmul = kOffKB + kStages * kKeys * 8;
   static constexpr int kSmemBytes = kOffQmul + kSmemQmul;
   static constexpr bool kQInRegs = D <= 128;  // D/16 x 4 registers of q fragments
   static_assert(D % 16 == 0, "head dim a multiple of 16");
-  static_assert(kSmemBytes <= kSmemBudget, "two blocks per SM");
+  static_assert(kSmemBytes <= kSmemBudget, "two blocks per SM (kWide: one)");
 };
 
 // Physical 16-byte chunk of logical chunk c in a key row (the tiled layout swizzles them).
@@ -83,11 +99,67 @@ __device__ __forceinline__ int decode_phys_chunk(int layout, int c, int slot, in
   return layout == kLayoutTiled ? tiled_chunk_of(c, slot, chunks) : c;
 }
 
-template <int D, typename T, typename KvT>
-__global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads,
-                                  DecodeConfig<D, T, KvT>::kMinBlocks)
+// The cluster's merge (p.cluster_splits = S): each block has left its split's normalized rows
+// and natural-log LSEs in part_o / part_lse; block `rank` merges every S-th float4 of the rows
+// from all S blocks' shared memory as merge_states does (o = sum w_i o_i / sum w_i, w_i =
+// exp(lse_i - max), sinks one more part with output 0; an all-empty row 0 and -inf) and writes
+// the final output and LSE. The first cluster barrier publishes the parts; the second keeps
+// every block resident until its peers have read them.
+template <int D, typename T>
+__device__ __forceinline__ void decode_cluster_merge(const UnifiedParams& p,
+                                                     const UnifiedWorkItem& it, int row_end,
+                                                     const float* part_o, const float* part_lse,
+                                                     int csplits) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr float kNegInf = -INFINITY;
+  cluster::sync();
+  const int rank = static_cast<int>(cluster::ctarank());
+  const int tok0 = p.cu_seqlens_q[it.request], rpt = p.rows_per_token;
+  for (int idx = threadIdx.x + rank * blockDim.x; idx < 16 * (D / 4); idx += blockDim.x * csplits) {
+    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
+    if (gr >= row_end) continue;
+    const int head = it.q_head + gr % rpt;
+    const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
+    const float sink = p.sinks != nullptr ? p.sinks[head] : kNegInf;
+    float lses[8];
+    float mx = sink;
+#pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      lses[s] = s < csplits ? cluster::load_remote(part_lse + r, s) : kNegInf;
+      mx = fmaxf(mx, lses[s]);
+    }
+    float total = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (mx != kNegInf) {
+      total = p.sinks != nullptr ? expf(sink - mx) : 0.0f;
+#pragma unroll
+      for (int s = 0; s < 8; ++s) {
+        if (s >= csplits || lses[s] == kNegInf) continue;
+        const float w = expf(lses[s] - mx);
+        const float4 x = cluster::load_remote4(part_o + r * D + d, s);
+        total += w;
+        acc.x += w * x.x;
+        acc.y += w * x.y;
+        acc.z += w * x.z;
+        acc.w += w * x.w;
+      }
+    }
+    const float inv = mx != kNegInf ? 1.0f / total : 0.0f;
+    uint2 packed;
+    packed.x = pack2<T>(acc.x * inv, acc.y * inv);
+    packed.y = pack2<T>(acc.z * inv, acc.w * inv);
+    *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
+    if (d == 0 && p.lse != nullptr) p.lse[row] = mx != kNegInf ? mx + logf(total) : kNegInf;
+  }
+  cluster::sync();
+#endif
+}
+
+template <int D, typename T, typename KvT, bool kWide>
+__global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
+                                  DecodeConfig<D, T, KvT, kWide>::kMinBlocks)
     paged_decode_split_kv_kernel(const __grid_constant__ UnifiedParams p) {
-  using Cfg = DecodeConfig<D, T, KvT>;
+  using Cfg = DecodeConfig<D, T, KvT, kWide>;
   using MmaT = typename Cfg::MmaT;
   constexpr int kThreads = Cfg::kThreads, kKeys = Cfg::kKeys, kStages = Cfg::kStages;
   constexpr int kRowBytes = Cfg::kRowBytes, kChunks = Cfg::kChunks, kPer = Cfg::kPer;
@@ -380,6 +452,14 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads,
   }
   __syncthreads();
 
+  // Cluster merge: the S blocks of the cluster hold the S splits of the same rows.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int csplits = kWide ? p.cluster_splits : 0;  // the host launches clusters wide only
+#else
+  const int csplits = 0;  // and on sm_90 only
+#endif
+  float* part_o = reinterpret_cast<float*>(smem + Cfg::kSmemReduce);  // [16][D]
+  float* part_lse = part_o + 16 * D;                                  // [16]
   for (int idx = tid; idx < 16 * (D / 4); idx += kThreads) {
     const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
     if (gr >= row_end) continue;
@@ -403,6 +483,12 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads,
     const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
     float lse = lv > 0.0f ? (base + log2f(lv)) * 0.6931471805599453f : kNegInf;
     float scale = lv > 0.0f ? p.v_scale / lv : 0.0f;
+    if (csplits > 1) {
+      *reinterpret_cast<float4*>(part_o + r * D + d) =
+          make_float4(ov.x * scale, ov.y * scale, ov.z * scale, ov.w * scale);
+      if (d == 0) part_lse[r] = lse;
+      continue;
+    }
     if (it.split >= 0) {
       const int64_t prow = int64_t(it.split) * p.num_tokens * p.num_q_heads + row;
       *reinterpret_cast<float4*>(p.partial_out + prow * D + d) =
@@ -417,22 +503,76 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT>::kThreads,
     *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
     if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
   }
+  if (csplits > 1) decode_cluster_merge<D, T>(p, it, row_end, part_o, part_lse, csplits);
+}
+
+template <int D, typename T, typename KvT, bool kWide>
+cudaError_t launch_paged_decode_config(const UnifiedParams& p, cudaStream_t stream) {
+  using Cfg = DecodeConfig<D, T, KvT, kWide>;
+  auto kernel = paged_decode_split_kv_kernel<D, T, KvT, kWide>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
+  if (e != cudaSuccess) return e;
+  // The whole carveout as shared memory, so two blocks fit per SM (kWide: one, its ring whole).
+  e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                           cudaSharedmemCarveoutMaxShared);
+  if (e != cudaSuccess) return e;
+  return launch_kernel_in_clusters(p.pdl != 0, kWide ? p.cluster_splits : 1, kernel,
+                                   dim3(p.num_items), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream,
+                                   p);
+}
+
+// How many 2-CTA clusters of the wide configuration the device holds at once (a cluster's
+// CTAs share one GPC, so an odd GPC leaves an SM out); 0 where it is not built or on error.
+template <int D, typename T, typename KvT>
+int decode_cluster_capacity_impl() {
+  if constexpr (!kDecodeClusterBuilt<D, T, KvT>) {
+    return 0;
+  } else {
+    using Cfg = DecodeConfig<D, T, KvT, true>;
+    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, true>;
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             Cfg::kSmemBytes) != cudaSuccess)
+      return 0;
+    cudaLaunchAttribute attr;
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = 2;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(2);
+    cfg.blockDim = dim3(Cfg::kThreads);
+    cfg.dynamicSmemBytes = Cfg::kSmemBytes;
+    cfg.attrs = &attr;
+    cfg.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
+      (void)cudaGetLastError();  // not sticky: clear it for the caller
+      return 0;
+    }
+    return clusters;
+  }
 }
 
 template <int D, typename T, typename KvT>
 cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream) {
-  using Cfg = DecodeConfig<D, T, KvT>;
+  if (p.cluster_splits != 0) {
+    // Clusters of the splits of one row set: sm_90, 2..8 splits, whole groups of items, the
+    // wide configuration built.
+    int device = 0, major = 0;
+    cudaError_t e = cudaGetDevice(&device);
+    if (e == cudaSuccess)
+      e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+    if (e != cudaSuccess) return e;
+    if (!kDecodeClusterBuilt<D, T, KvT> || major < 9 || p.cluster_splits < 2 ||
+        p.cluster_splits > 8 || p.num_items % p.cluster_splits != 0)
+      return cudaErrorInvalidValue;
+  }
   if (p.num_items == 0) return cudaSuccess;
-  auto kernel = paged_decode_split_kv_kernel<D, T, KvT>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
-  if (e != cudaSuccess) return e;
-  // The whole carveout as shared memory, so two blocks fit per SM.
-  e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                           cudaSharedmemCarveoutMaxShared);
-  if (e != cudaSuccess) return e;
-  return launch_kernel(p.pdl != 0, kernel, dim3(p.num_items), dim3(Cfg::kThreads), Cfg::kSmemBytes,
-                       stream, p);
+  if constexpr (kDecodeClusterBuilt<D, T, KvT>) {
+    if (p.cluster_splits != 0) return launch_paged_decode_config<D, T, KvT, true>(p, stream);
+  }
+  return launch_paged_decode_config<D, T, KvT, false>(p, stream);
 }
 
 }  // namespace tripath::kernels

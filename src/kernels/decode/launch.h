@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <type_traits>
 
 #include "tripath/dtype.h"
 #include "unified/params.h"
@@ -15,6 +16,13 @@ namespace tripath::kernels {
 
 template <int D, typename T, typename KvT>
 cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream);
+template <int D, typename T, typename KvT>
+int decode_cluster_capacity_impl();
+
+// The wide configuration (cluster launches) is built for 16-bit caches of head dim <= 128 only:
+// the 4-warp kernel, for its one user, small GQA decode batches.
+template <int D, typename T, typename KvT>
+constexpr bool kDecodeClusterBuilt = std::is_same_v<T, KvT>&& D <= 128;
 
 // True if this build instantiated the kernel for (head_dim, q dtype, kv dtype): the same table
 // as the unified kernel (TRIPATH_HEAD_DIMS x TRIPATH_DTYPES x {q dtype, fp8 e4m3}).
@@ -27,10 +35,24 @@ bool decode_built(int head_dim, DType q, DType kv);
 bool decode_kernel_supports(int head_dim, DType q, DType kv, int group, int max_query_len,
                             std::string* why = nullptr);
 
+// True if launch_paged_decode takes p.cluster_splits for (head_dim, q dtype, kv dtype): the
+// wide one-block-per-SM configuration is built for 16-bit caches of head dim <= 128 (sm_90 at
+// run time besides).
+bool decode_cluster_built(int head_dim, DType q, DType kv);
+
+// The number of 2-CTA clusters of that configuration the current device runs at once
+// (cudaOccupancyMaxActiveClusters; one wide block per SM, a cluster's two in one GPC); 0 where
+// it is not built or the query fails.
+int decode_cluster_capacity(int head_dim, DType q, DType kv);
+
 // One block per work item (p.items[0, p.num_items)); each item covers all rows of its request
 // (row_begin 0, q_head = kv_head * group). Items with split >= 0 write p.partial_out /
 // p.partial_lse slot `split` (merge with launch_merge_states); split -1 writes p.out, p.lse and
-// applies p.sinks. Returns cudaErrorInvalidValue for a specialization that was not built.
+// applies p.sinks. With p.cluster_splits = S in 2..8 the items come in groups of S splits of one
+// row set, each group a cluster of one-block-per-SM CTAs that merges in distributed shared
+// memory and writes p.out / p.lse (sinks applied; no partial buffers). Returns
+// cudaErrorInvalidValue for a specialization that was not built, or a cluster request that
+// decode_cluster_built refuses, that is not 2..8, or whose items are not whole groups.
 cudaError_t launch_paged_decode(int head_dim, DType q, DType kv, const UnifiedParams& p,
                                 cudaStream_t stream);
 

@@ -347,7 +347,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   // cache dtype, which decides whether the wide kernel is built, is known only in launch()).
   // The planner models two blocks per SM; when every decode request was split (splitting pays)
   // and the batch is even (the shortest key range at least 7/8 of the longest) with 3/4 to all
-  // of the SMs' worth of row set halves, one wave of wide blocks (one per SM, a 6-stage ring)
+  // of the SMs' worth of row set halves, one wave of wide blocks (one per SM, 8 warps)
   // streams the same bytes with no partial writes and no merge launch: each row set's keys cut
   // at a cache block near the middle, the two halves one cluster merging in distributed shared
   // memory. False (no items) otherwise.

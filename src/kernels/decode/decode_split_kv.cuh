@@ -17,8 +17,8 @@
 // online softmax in base 2 per warp; the warps' states combine through shared memory at the end.
 // fp8 caches land raw and widen in registers (decode_fragments.cuh) with the tensor cores in f16.
 // Cluster launches (p.cluster_splits = S): each row set's S splits run as one cluster of wide
-// blocks (one per SM, a 6-stage ring), which leave their normalized rows and LSEs in shared
-// memory and merge them through distributed shared memory (decode_cluster_merge): no partial
+// blocks (one per SM, 8 warps, 3 stages of 128 keys), which leave their normalized rows and LSEs in
+// shared memory and merge them through distributed shared memory (decode_cluster_merge): no partial
 // buffers and no merge launch. three_path takes it with S = 2 for batches whose row sets, cut in
 // halves, fit one wave (the 8-query / 1-KV-head shard).
 //
@@ -42,18 +42,21 @@
 
 namespace tripath::kernels {
 
-// kWide: one block per SM with the whole shared memory as its ring (6 stages, 5 in flight: 174
-// KB for bf16 D = 128, where two blocks of 3 stages hold 139 KB per SM). The cluster launches
-// (p.cluster_splits) take it: a small batch whose row sets, split in halves, fit one wave at one
-// block per SM needs each block to stream twice the bytes of a two-per-SM block.
+// kWide: one block per SM with the whole shared memory as its ring (8 warps, 3 stages of 128
+// keys for bf16 D = 128: 139 KB in flight, as two 4-warp blocks of 3 x 64 keys hold). The cluster
+// launches (p.cluster_splits) take it: a small batch whose row sets, split in halves, fit one wave
+// at one block per SM needs each block to stream twice the bytes of a two-per-SM block.
 template <int D, typename T, typename KvT, bool kWide = false>
 struct DecodeConfig {
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
   using MmaT = std::conditional_t<kFp8, fp16, T>;  // fp8 widens exactly into f16
   // fp8 runs 6 warps: its loop is latency-bound (run f2's ncu: 2 warps per scheduler, 0.40
   // issued per cycle, "wait" stalls first), and its halved stage bytes leave shared memory for
-  // 96-key stages at two blocks per SM; 16-bit KV keeps 4 (at 97% of copy already).
-  static constexpr int kWarps = D <= 128 ? (kFp8 ? 6 : 4) : 2;
+  // 96-key stages at two blocks per SM; 16-bit KV keeps 4 (at 97% of copy already). kWide runs
+  // 8, the warps two blocks would put on the SM: at 4 warps its one block per SM was bound by
+  // the per-stage math's latency (run n1: tp8 decode-4k 47.2 us in ncu against 41.0 for two
+  // 4-warp blocks per SM, 32 stages in series instead of 16).
+  static constexpr int kWarps = D <= 128 ? (kFp8 ? 6 : kWide ? 8 : 4) : 2;
   static constexpr int kThreads = 32 * kWarps;
   // 6 warps need <= 170 registers for two blocks per SM; 4 warps fit any count (the bound would
   // change their code: 168 -> 203 registers in ptxas).

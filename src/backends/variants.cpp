@@ -33,10 +33,11 @@ std::vector<VariantVariable> variant_variables() {
        "(no partial slots, no merge); 0: one launch each",
        2, 2, ""},
       {"TRIPATH_DECODE_CLUSTER", "three_path",
-       "1: split-KV decode with the same 2..8 splits for every request merges each row set's "
-       "splits inside a thread-block cluster (distributed shared memory), no merge launch; 0: "
-       "partial states and the merge kernel",
-       1, 1, ""},
+       "1: an even decode batch whose row sets, cut in halves, fit one wave of one block per SM "
+       "runs each row set as a 2-CTA cluster of 8-warp blocks merging in distributed shared "
+       "memory (no partials, no merge launch); 2: the same with 6-warp blocks; 0: the planner's "
+       "splits, partial states and the merge kernel",
+       2, 1, ""},
       {"TRIPATH_PDL", "three_path, mla",
        "1: decode kernels and their merge launched as programmatic dependents (they start while "
        "the kernel before them ends)",

@@ -4,8 +4,8 @@
 // slots, block tables shuffled over a pool 2.5x the need. Covers GQA groups 1, 3, 4, 8, 16, every
 // built head dim, block sizes 1/16/32/64, NHD/HND/tiled, contexts 0..70000, one split (final
 // output written directly) and several (uneven, some empty: partials + the merge kernel, the
-// planner's partition, or 2..8 merged inside thread-block clusters of the wide one-block-per-SM
-// configuration, 16-bit caches of head dim <= 128), window, soft-cap, sinks, LSE on/off, a
+// planner's partition, or two merged inside 2-CTA clusters of the wide one-block-per-SM form,
+// 8 and 6 warps, 16-bit caches of head dim <= 128), window, soft-cap, sinks, LSE on/off, a
 // non-default scale, fp8 KV with distinct k/v scales, f16, decode_threshold 2 and 4 (MTP rows).
 // Repeated runs are bitwise identical. GpuDecodeBench times the kernel against the unified kRows16
 // tile on the published decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
@@ -41,9 +41,10 @@ struct DecodeCase {
   // request (some empty for short contexts) merged by the merge kernel; 0: the planner's split
   // partition (always merged, as three_path does).
   int splits = 1;
-  // With splits in 2..8: each (request, KV head)'s splits as one cluster merging in distributed
-  // shared memory (UnifiedParams::cluster_splits), no partial buffers, no merge kernel.
-  bool cluster = false;
+  // With splits 2: each (request, KV head)'s two splits as a 2-CTA cluster of wide blocks with
+  // this many warps (8 or 6) merging in distributed shared memory (UnifiedParams::cluster_splits,
+  // wide_warps), no partial buffers, no merge kernel. 0: not a pair launch.
+  int cluster = 0;
   std::vector<ReqShape> reqs;
 };
 
@@ -170,7 +171,7 @@ std::vector<DecodeCase> all_cases() {
     c.sinks = true;
     c.splits = 2;
     add(c, "mtp_qlen4_gqa4_sinks_splits2");
-    // Eight splits (the cluster's most), short contexts leaving some empty, sinks.
+    // Eight splits, short contexts leaving some empty, sinks.
     c = base;
     c.hq = 8;
     c.hkv = 1;
@@ -179,14 +180,17 @@ std::vector<DecodeCase> all_cases() {
     c.reqs = {{1, 4096}, {1, 5}, {1, 0}, {1, 1500}, {1, 77}};
     add(c, "tp8_like_sinks_splits8");
   }
-  // The cluster merge (the wide configuration) on every case with 2..8 splits that it is built
-  // for: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks, no LSE, f16, MTP
-  // rows, empty splits).
+  // Pair launches (the wide form, 8 and 6 warps) on every case with several splits that they are
+  // built for, cut in two: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks,
+  // no LSE, f16, MTP rows, empty halves of short contexts).
   for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
-    if (m.splits < 2 || m.splits > 8 || m.cache != m.dtype || m.dim > 128) continue;
-    DecodeCase c = m;
-    c.cluster = true;
-    add(c, "cluster_" + m.name);
+    if (m.splits < 2 || m.cache != m.dtype || m.dim > 128) continue;
+    for (int warps : {8, 6}) {
+      DecodeCase c = m;
+      c.splits = 2;
+      c.cluster = warps;
+      add(c, "cluster" + std::to_string(warps) + "_" + m.name);
+    }
   }
   return out;
 }
@@ -333,9 +337,10 @@ void check_case(const DecodeCase& c) {
   p.scale_log2 = p.score_scale * 1.4426950408889634f;
   p.softcap = c.softcap;
   p.v_scale = fp8 ? s.cache.v_scale : 1.0f;
-  if (c.cluster) {
-    // Items are (request, KV head)-major, split-minor: each group of `splits` is one cluster.
-    p.cluster_splits = c.splits;
+  if (c.cluster != 0) {
+    // Items are (request, KV head)-major, split-minor: each pair of splits is one cluster.
+    p.cluster_splits = 2;
+    p.wide_warps = c.cluster;
     direct = true;  // the kernel writes the final output
   }
 
@@ -378,7 +383,7 @@ void check_case(const DecodeCase& c) {
     }
     EXPECT_EQ(bad, 0);
   }
-  if (c.cluster) {  // the partial buffers were not touched
+  if (c.cluster != 0) {  // the partial buffers were not touched
     const std::vector<float> part_lse =
         d_part_lse.download<float>(static_cast<size_t>(max_parts * rows));
     EXPECT_TRUE(std::all_of(part_lse.begin(), part_lse.end(), [](float x) {
@@ -411,16 +416,25 @@ void check_supports() {
   if (kernels::decode_built(128, DType::kBF16, DType::kBF16)) {
     EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 16, 1, &why));
     EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 8, 2, &why));
-    // Cluster merges: 2..8 splits and whole groups of items, refused before any launch.
+    // Pair launches: exactly 2 splits, whole pairs of items, 8 or 6 warps, refused before any
+    // launch.
     kernels::UnifiedParams p{};
-    p.num_items = 9;
-    for (int bad : {1, 9, -2}) {
+    p.num_items = 8;
+    for (int bad : {1, 3, 4, 8, -2}) {
       p.cluster_splits = bad;
       EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
                 cudaErrorInvalidValue)
           << "cluster_splits " << bad;
     }
-    p.cluster_splits = 2;  // 9 items are not whole pairs
+    p.cluster_splits = 2;
+    for (int bad : {4, 7, -1}) {
+      p.wide_warps = bad;
+      EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
+                cudaErrorInvalidValue)
+          << "wide_warps " << bad;
+    }
+    p.wide_warps = 0;
+    p.num_items = 9;  // not whole pairs
     EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
               cudaErrorInvalidValue);
     EXPECT_TRUE(kernels::decode_cluster_built(128, DType::kBF16, DType::kBF16));

@@ -34,28 +34,23 @@ __device__ __forceinline__ void arrive_remote(uint64_t* bar, uint32_t rank) {
       : "memory");
 }
 
-// Loads of the float / float4 at the same shared-memory offset as `p` in CTA `rank`.
-__device__ __forceinline__ float load_remote(const float* p, uint32_t rank) {
-  float v;
+// Stores of a float / float4 to the same shared-memory offset as `p` in CTA `rank` (made visible
+// to it by the next cluster barrier).
+__device__ __forceinline__ void store_remote(float* p, uint32_t rank, float v) {
   asm volatile(
       "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %1, %2;\n"
-      "ld.shared::cluster.f32 %0, [remote];\n}\n"
-      : "=f"(v)
-      : "r"(smem_addr(p)), "r"(rank)
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "st.shared::cluster.f32 [remote], %2;\n}\n" ::"r"(smem_addr(p)),
+      "r"(rank), "f"(v)
       : "memory");
-  return v;
 }
-__device__ __forceinline__ float4 load_remote4(const float* p, uint32_t rank) {
-  float4 v;
+__device__ __forceinline__ void store_remote4(float* p, uint32_t rank, float4 v) {
   asm volatile(
       "{\n.reg .b32 remote;\n"
-      "mapa.shared::cluster.u32 remote, %4, %5;\n"
-      "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}\n"
-      : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-      : "r"(smem_addr(p)), "r"(rank)
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "st.shared::cluster.v4.f32 [remote], {%2, %3, %4, %5};\n}\n" ::"r"(smem_addr(p)),
+      "r"(rank), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
       : "memory");
-  return v;
 }
 
 }  // namespace tripath::kernels::cluster

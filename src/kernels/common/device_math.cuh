@@ -82,6 +82,13 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// A 32-bit read-only global load that the compiler keeps where it is written (asm volatile), so
+// it issues ahead of later branches and loads it does not depend on.
+__device__ __forceinline__ int32_t load_global_pinned(const int32_t* p) {
+  int32_t v;
+  asm volatile("ld.global.nc.s32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  return v;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

@@ -42,11 +42,12 @@
 
 namespace tripath::kernels {
 
-// kWide: one block per SM with the whole shared memory as its ring (8 warps, 3 stages of 128
-// keys for bf16 D = 128: 139 KB in flight, as two 4-warp blocks of 3 x 64 keys hold). The cluster
+// kWide = 8 or 6: one block per SM of that many warps, the whole shared memory its ring (bf16 D =
+// 128: 3 stages of 128 keys, 139 KB in flight, as two 4-warp blocks of 3 x 64 keys hold; or 4
+// stages of 96 keys, 156 KB). The cluster
 // launches (p.cluster_splits) take it: a small batch whose row sets, split in halves, fit one wave
 // at one block per SM needs each block to stream twice the bytes of a two-per-SM block.
-template <int D, typename T, typename KvT, bool kWide = false>
+template <int D, typename T, typename KvT, int kWide = 0>
 struct DecodeConfig {
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
   using MmaT = std::conditional_t<kFp8, fp16, T>;  // fp8 widens exactly into f16
@@ -56,11 +57,11 @@ struct DecodeConfig {
   // 8, the warps two blocks would put on the SM: at 4 warps its one block per SM was bound by
   // the per-stage math's latency (run n1: tp8 decode-4k 47.2 us in ncu against 41.0 for two
   // 4-warp blocks per SM, 32 stages in series instead of 16).
-  static constexpr int kWarps = D <= 128 ? (kFp8 ? 6 : kWide ? 8 : 4) : 2;
+  static constexpr int kWarps = kWide != 0 ? kWide : D <= 128 ? (kFp8 ? 6 : 4) : 2;
   static constexpr int kThreads = 32 * kWarps;
   // 6 warps need <= 170 registers for two blocks per SM; 4 warps fit any count (the bound would
   // change their code: 168 -> 203 registers in ptxas).
-  static constexpr int kMinBlocks = kWide ? 1 : kWarps > 4 ? 2 : 0;
+  static constexpr int kMinBlocks = kWide != 0 ? 1 : kWarps > 4 ? 2 : 0;
   static constexpr int kKeys = 16 * kWarps;   // keys per stage: 16 per warp
   static constexpr int kPer = kFp8 ? 16 : 8;  // elements per 16-byte chunk
   static constexpr int kChunks = D / kPer;    // 16-byte chunks per K/V row
@@ -74,7 +75,7 @@ struct DecodeConfig {
   static constexpr int kSmemQmul = 16 * sizeof(float);
   // Two blocks per SM: 228 KB per SM, 1 KB reserved per block; kWide: the 227 KB one block may
   // have.
-  static constexpr int kSmemBudget = kWide ? 227 * 1024 : 113 * 1024;
+  static constexpr int kSmemBudget = kWide != 0 ? 227 * 1024 : 113 * 1024;
   static constexpr int kStagesFit =
       (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul) / (kStageBytes + kKeys * 8);
   static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
@@ -83,15 +84,16 @@ struct DecodeConfig {
   // The end-of-block combine reuses the stage ring: per warp 16 rows x (D + 8) floats, m, l.
   static constexpr int kReduceStride = D + 8;
   static constexpr int kSmemReduce = kWarps * 16 * (kReduceStride + 2) * 4;
-  // Cluster merge (p.cluster_splits): the block's normalized rows and LSEs after the combine,
-  // for its peers to read: [16][D] + [16] floats behind the combine's buffers.
-  static constexpr int kSmemPart = kWide ? (16 * D + 16) * 4 : 0;
-  static constexpr int kOffQ =
-      kSmemKV > kSmemReduce + kSmemPart ? kSmemKV : kSmemReduce + kSmemPart;
+  static constexpr int kOffQ = kSmemKV > kSmemReduce ? kSmemKV : kSmemReduce;
   static constexpr int kOffQh = kOffQ + kSmemQ;
   static constexpr int kOffKB = kOffQh + kSmemQh;
   static constexpr int kOffQmul = kOffKB + kStages * kKeys * 8;
-  static constexpr int kSmemBytes = kOffQmul + kSmemQmul;
+  // Pair merge (kWide): the peer's normalized rows and LSEs, pushed in by the peer, and this
+  // block's LSEs: [16][D] + [16] + [16] floats outside the ring, which the peer may write while
+  // this block still streams.
+  static constexpr int kOffPeer = kOffQmul + kSmemQmul;
+  static constexpr int kSmemPeer = kWide != 0 ? (16 * D + 32) * 4 : 0;
+  static constexpr int kSmemBytes = kOffPeer + kSmemPeer;
   static constexpr bool kQInRegs = D <= 128;  // D/16 x 4 registers of q fragments
   static_assert(D % 16 == 0, "head dim a multiple of 16");
   static_assert(kSmemBytes <= kSmemBudget, "two blocks per SM (kWide: one)");
@@ -102,63 +104,47 @@ __device__ __forceinline__ int decode_phys_chunk(int layout, int c, int slot, in
   return layout == kLayoutTiled ? tiled_chunk_of(c, slot, chunks) : c;
 }
 
-// The cluster's merge (p.cluster_splits = S): each block has left its split's normalized rows
-// and natural-log LSEs in part_o / part_lse; block `rank` merges every S-th float4 of the rows
-// from all S blocks' shared memory as merge_states does (o = sum w_i o_i / sum w_i, w_i =
-// exp(lse_i - max), sinks one more part with output 0; an all-empty row 0 and -inf) and writes
-// the final output and LSE. The first cluster barrier publishes the parts; the second keeps
-// every block resident until its peers have read them.
+// The pair's merge (p.cluster_splits = 2), run by rank 0 after the cluster barrier: its own
+// normalized rows (left in place in the combine's buffer, row stride `own_stride`) and LSEs, the
+// peer's pushed into peer_o / peer_lse, merged as merge_states does (o = sum w_i o_i / sum w_i,
+// w_i = exp(lse_i - max), sinks one more part with output 0; an all-empty row 0 and -inf).
 template <int D, typename T>
-__device__ __forceinline__ void decode_cluster_merge(const UnifiedParams& p,
-                                                     const UnifiedWorkItem& it, int row_end,
-                                                     const float* part_o, const float* part_lse,
-                                                     int csplits) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void decode_pair_merge(const UnifiedParams& p, const UnifiedWorkItem& it,
+                                                  int row_end, const float* own_o, int own_stride,
+                                                  const float* own_lse, const float* peer_o,
+                                                  const float* peer_lse) {
   constexpr float kNegInf = -INFINITY;
-  cluster::sync();
-  const int rank = static_cast<int>(cluster::ctarank());
   const int tok0 = p.cu_seqlens_q[it.request], rpt = p.rows_per_token;
-  for (int idx = threadIdx.x + rank * blockDim.x; idx < 16 * (D / 4); idx += blockDim.x * csplits) {
+  for (int idx = threadIdx.x; idx < 16 * (D / 4); idx += blockDim.x) {
     const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
     if (gr >= row_end) continue;
     const int head = it.q_head + gr % rpt;
     const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
     const float sink = p.sinks != nullptr ? p.sinks[head] : kNegInf;
-    float lses[8];
-    float mx = sink;
-#pragma unroll
-    for (int s = 0; s < 8; ++s) {
-      lses[s] = s < csplits ? cluster::load_remote(part_lse + r, s) : kNegInf;
-      mx = fmaxf(mx, lses[s]);
-    }
-    float total = 0.0f;
+    const float l0 = own_lse[r], l1 = peer_lse[r];
+    const float mx = fmaxf(sink, fmaxf(l0, l1));
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float inv = 0.0f, lse = kNegInf;
     if (mx != kNegInf) {
-      total = p.sinks != nullptr ? expf(sink - mx) : 0.0f;
-#pragma unroll
-      for (int s = 0; s < 8; ++s) {
-        if (s >= csplits || lses[s] == kNegInf) continue;
-        const float w = expf(lses[s] - mx);
-        const float4 x = cluster::load_remote4(part_o + r * D + d, s);
-        total += w;
-        acc.x += w * x.x;
-        acc.y += w * x.y;
-        acc.z += w * x.z;
-        acc.w += w * x.w;
-      }
+      const float w0 = l0 != kNegInf ? expf(l0 - mx) : 0.0f;
+      const float w1 = l1 != kNegInf ? expf(l1 - mx) : 0.0f;
+      const float total = w0 + w1 + (p.sinks != nullptr ? expf(sink - mx) : 0.0f);
+      const float4 a = *reinterpret_cast<const float4*>(own_o + r * own_stride + d);
+      const float4 b = *reinterpret_cast<const float4*>(peer_o + r * D + d);
+      acc = make_float4(w0 * a.x + w1 * b.x, w0 * a.y + w1 * b.y, w0 * a.z + w1 * b.z,
+                        w0 * a.w + w1 * b.w);
+      inv = 1.0f / total;
+      lse = mx + logf(total);
     }
-    const float inv = mx != kNegInf ? 1.0f / total : 0.0f;
     uint2 packed;
     packed.x = pack2<T>(acc.x * inv, acc.y * inv);
     packed.y = pack2<T>(acc.z * inv, acc.w * inv);
     *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
-    if (d == 0 && p.lse != nullptr) p.lse[row] = mx != kNegInf ? mx + logf(total) : kNegInf;
+    if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
   }
-  cluster::sync();
-#endif
 }
 
-template <int D, typename T, typename KvT, bool kWide>
+template <int D, typename T, typename KvT, int kWide>
 __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                                   DecodeConfig<D, T, KvT, kWide>::kMinBlocks)
     paged_decode_split_kv_kernel(const __grid_constant__ UnifiedParams p) {
@@ -182,6 +168,22 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   pdl_launch_dependents();
   const UnifiedWorkItem it = p.items[blockIdx.x];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+  // Wide blocks without a window: the first stages' keys start at kv_begin and end by kv_end,
+  // so their block-table entries load now, beside the request's lengths, instead of after them
+  // (one dependent global round trip fewer before the first K/V copy of the launch's one wave).
+  constexpr int kPre = kWide != 0 ? (kStages * kKeys + kThreads - 1) / kThreads : 1;
+  int32_t pre_block[kPre];
+  const bool early_table = kWide != 0 && p.window_left < 0;
+  if (early_table) {
+#pragma unroll
+    for (int i = 0; i < kPre; ++i) {
+      const int idx = tid + i * kThreads, kabs = max(0, it.kv_begin) + idx;
+      pre_block[i] = idx < kStages * kKeys && kabs < it.kv_end
+                         ? load_global_pinned(table + (kabs >> p.log2_block_size))
+                         : 0;
+    }
+  }
   const int tok0 = p.cu_seqlens_q[it.request];
   const int qlen = p.cu_seqlens_q[it.request + 1] - tok0;
   const int ctx = p.context_lens[it.request];
@@ -196,7 +198,6 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   // Keys every row of the item sees: a stage inside [full_lo, full_hi) needs no mask.
   const int full_lo = window >= 0 ? ctx + t_last - window : 0;
   const int full_hi = min(key_hi, ctx + t_first + 1);
-  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
   const int bs_mask = p.block_size - 1;
 
   // Q rows (zero-filled past row_end): the first cp.async group.
@@ -222,9 +223,19 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                            kPer) -
            int64_t(decode_phys_chunk(p.layout, 0, slot, kChunks)) * kPer;
   };
-  for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
-    const int kabs = key_lo + idx;  // stage idx / kKeys, key idx % kKeys
-    if (kabs < key_hi) s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
+  if constexpr (kWide != 0) {
+#pragma unroll
+    for (int i = 0; i < kPre; ++i) {
+      const int idx = tid + i * kThreads, kabs = key_lo + idx;
+      if (idx < kStages * kKeys && kabs < key_hi) {
+        s_kb[idx] = key_base(kabs, early_table ? pre_block[i] : table[kabs >> p.log2_block_size]);
+      }
+    }
+  } else {
+    for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
+      const int kabs = key_lo + idx;  // stage idx / kKeys, key idx % kKeys
+      if (kabs < key_hi) s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
+    }
   }
   __syncthreads();
 
@@ -455,14 +466,19 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   }
   __syncthreads();
 
-  // Cluster merge: the S blocks of the cluster hold the S splits of the same rows.
+  // Pair launches (the wide form; clusters of 2 on sm_90): rank 1 pushes its normalized rows and
+  // LSEs into rank 0's peer buffers, rank 0 leaves its own in place (warp 0's combine rows, which
+  // only this thread reads at (r, d)) and merges after the cluster barrier.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  const int csplits = kWide ? p.cluster_splits : 0;  // the host launches clusters wide only
+  constexpr bool kPairs = kWide != 0;
 #else
-  const int csplits = 0;  // and on sm_90 only
+  constexpr bool kPairs = false;  // the host launches the wide form on sm_90 only
 #endif
-  float* part_o = reinterpret_cast<float*>(smem + Cfg::kSmemReduce);  // [16][D]
-  float* part_lse = part_o + 16 * D;                                  // [16]
+  [[maybe_unused]] float* peer_o = reinterpret_cast<float*>(smem + Cfg::kOffPeer);  // [16][D]
+  [[maybe_unused]] float* peer_lse = peer_o + 16 * D;                               // [16]
+  [[maybe_unused]] float* own_lse = peer_lse + 16;                                  // [16]
+  [[maybe_unused]] uint32_t rank = 0;
+  if constexpr (kPairs) rank = cluster::ctarank();
   for (int idx = tid; idx < 16 * (D / 4); idx += kThreads) {
     const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
     if (gr >= row_end) continue;
@@ -486,10 +502,15 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
     float lse = lv > 0.0f ? (base + log2f(lv)) * 0.6931471805599453f : kNegInf;
     float scale = lv > 0.0f ? p.v_scale / lv : 0.0f;
-    if (csplits > 1) {
-      *reinterpret_cast<float4*>(part_o + r * D + d) =
-          make_float4(ov.x * scale, ov.y * scale, ov.z * scale, ov.w * scale);
-      if (d == 0) part_lse[r] = lse;
+    if constexpr (kPairs) {
+      const float4 v = make_float4(ov.x * scale, ov.y * scale, ov.z * scale, ov.w * scale);
+      if (rank != 0) {
+        cluster::store_remote4(peer_o + r * D + d, 0, v);
+        if (d == 0) cluster::store_remote(peer_lse + r, 0, lse);
+      } else {
+        *reinterpret_cast<float4*>(red_o + r * kRS + d) = v;
+        if (d == 0) own_lse[r] = lse;
+      }
       continue;
     }
     if (it.split >= 0) {
@@ -506,10 +527,13 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
     if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
   }
-  if (csplits > 1) decode_cluster_merge<D, T>(p, it, row_end, part_o, part_lse, csplits);
+  if constexpr (kPairs) {
+    cluster::sync();  // the peer's pushes have landed; it may exit after this
+    if (rank == 0) decode_pair_merge<D, T>(p, it, row_end, red_o, kRS, own_lse, peer_o, peer_lse);
+  }
 }
 
-template <int D, typename T, typename KvT, bool kWide>
+template <int D, typename T, typename KvT, int kWide>
 cudaError_t launch_paged_decode_config(const UnifiedParams& p, cudaStream_t stream) {
   using Cfg = DecodeConfig<D, T, KvT, kWide>;
   auto kernel = paged_decode_split_kv_kernel<D, T, KvT, kWide>;
@@ -520,9 +544,8 @@ cudaError_t launch_paged_decode_config(const UnifiedParams& p, cudaStream_t stre
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
-  return launch_kernel_in_clusters(p.pdl != 0, kWide ? p.cluster_splits : 1, kernel,
-                                   dim3(p.num_items), dim3(Cfg::kThreads), Cfg::kSmemBytes, stream,
-                                   p);
+  return launch_kernel_in_clusters(p.pdl != 0, kWide != 0 ? 2 : 1, kernel, dim3(p.num_items),
+                                   dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
 }
 
 // How many 2-CTA clusters of the wide configuration the device holds at once (a cluster's
@@ -532,8 +555,8 @@ int decode_cluster_capacity_impl() {
   if constexpr (!kDecodeClusterBuilt<D, T, KvT>) {
     return 0;
   } else {
-    using Cfg = DecodeConfig<D, T, KvT, true>;
-    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, true>;
+    using Cfg = DecodeConfig<D, T, KvT, 8>;  // the 6-warp form holds as much shared memory
+    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, 8>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Cfg::kSmemBytes) != cudaSuccess)
       return 0;
@@ -560,22 +583,25 @@ int decode_cluster_capacity_impl() {
 template <int D, typename T, typename KvT>
 cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream) {
   if (p.cluster_splits != 0) {
-    // Clusters of the splits of one row set: sm_90, 2..8 splits, whole groups of items, the
-    // wide configuration built.
+    // Pairs: sm_90, exactly 2 splits per row set, whole pairs of items, the wide form built,
+    // 8 or 6 warps.
     int device = 0, major = 0;
     cudaError_t e = cudaGetDevice(&device);
     if (e == cudaSuccess)
       e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e != cudaSuccess) return e;
-    if (!kDecodeClusterBuilt<D, T, KvT> || major < 9 || p.cluster_splits < 2 ||
-        p.cluster_splits > 8 || p.num_items % p.cluster_splits != 0)
+    if (!kDecodeClusterBuilt<D, T, KvT> || major < 9 || p.cluster_splits != 2 ||
+        p.num_items % 2 != 0 || (p.wide_warps != 0 && p.wide_warps != 8 && p.wide_warps != 6))
       return cudaErrorInvalidValue;
   }
   if (p.num_items == 0) return cudaSuccess;
   if constexpr (kDecodeClusterBuilt<D, T, KvT>) {
-    if (p.cluster_splits != 0) return launch_paged_decode_config<D, T, KvT, true>(p, stream);
+    if (p.cluster_splits != 0) {
+      return p.wide_warps == 6 ? launch_paged_decode_config<D, T, KvT, 6>(p, stream)
+                               : launch_paged_decode_config<D, T, KvT, 8>(p, stream);
+    }
   }
-  return launch_paged_decode_config<D, T, KvT, false>(p, stream);
+  return launch_paged_decode_config<D, T, KvT, 0>(p, stream);
 }
 
 }  // namespace tripath::kernels

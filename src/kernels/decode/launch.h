@@ -48,11 +48,12 @@ int decode_cluster_capacity(int head_dim, DType q, DType kv);
 // One block per work item (p.items[0, p.num_items)); each item covers all rows of its request
 // (row_begin 0, q_head = kv_head * group). Items with split >= 0 write p.partial_out /
 // p.partial_lse slot `split` (merge with launch_merge_states); split -1 writes p.out, p.lse and
-// applies p.sinks. With p.cluster_splits = S in 2..8 the items come in groups of S splits of one
-// row set, each group a cluster of one-block-per-SM CTAs that merges in distributed shared
-// memory and writes p.out / p.lse (sinks applied; no partial buffers). Returns
-// cudaErrorInvalidValue for a specialization that was not built, or a cluster request that
-// decode_cluster_built refuses, that is not 2..8, or whose items are not whole groups.
+// applies p.sinks. With p.cluster_splits = 2 the items come in pairs, the two splits of one row
+// set, each pair a 2-CTA cluster of wide one-block-per-SM CTAs (p.wide_warps: 8 or 6) that
+// merges in distributed shared memory and writes p.out / p.lse (sinks applied; no partial
+// buffers). Returns cudaErrorInvalidValue for a specialization that was not built, or a pair
+// request that decode_cluster_built refuses, with cluster_splits other than 2, an odd item count
+// or wide_warps other than 0, 6, 8.
 cudaError_t launch_paged_decode(int head_dim, DType q, DType kv, const UnifiedParams& p,
                                 cudaStream_t stream);
 

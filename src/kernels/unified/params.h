@@ -50,11 +50,13 @@ struct UnifiedParams {
   float v_scale;                // fp8 value scale (1 otherwise)
   int32_t pdl;                  // host side: launch as a programmatic dependent (the split-KV
                                 // decode kernel; launch_kernel.h)
-  int32_t cluster_splits;       // split-KV decode kernel: 0, or S in 2..8: items come in groups
-                                // of S consecutive splits of one (request, KV head, rows), each
-                                // group a cluster of S CTAs that merges its partial states
-                                // through distributed shared memory and writes the final
-                                // output (no partial buffers, no merge launch)
+  int32_t cluster_splits;       // split-KV decode kernel: 0, or 2: items come in pairs, the two
+                                // splits of one (request, KV head, rows), each pair a 2-CTA
+                                // cluster of the wide one-block-per-SM form that merges through
+                                // distributed shared memory and writes the final output (no
+                                // partial buffers, no merge launch)
+  int32_t wide_warps;           // host side, with cluster_splits: warps per wide block, 8 (0
+                                // takes 8) or 6
 };
 
 // Tile shapes. kRows16: 16 packed rows per block and its four warps split the keys (decode:

@@ -73,11 +73,15 @@ struct DecodeConfig {
   static constexpr int kSmemQ = 16 * kQStride * sizeof(T);
   static constexpr int kSmemQh = kFp8 ? 16 * kQStride * 2 : 0;  // f16 q, permuted (fp8 only)
   static constexpr int kSmemQmul = 16 * sizeof(float);
+  // Pair merge (kWide): the peer's normalized rows and LSEs, pushed in by the peer, and this
+  // block's LSEs: [16][D] + [16] + [16] floats outside the ring, which the peer may write while
+  // this block still streams.
+  static constexpr int kSmemPeer = kWide != 0 ? (16 * D + 32) * 4 : 0;
   // Two blocks per SM: 228 KB per SM, 1 KB reserved per block; kWide: the 227 KB one block may
   // have.
   static constexpr int kSmemBudget = kWide != 0 ? 227 * 1024 : 113 * 1024;
   static constexpr int kStagesFit =
-      (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul) / (kStageBytes + kKeys * 8);
+      (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul - kSmemPeer) / (kStageBytes + kKeys * 8);
   static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
   static_assert(kStages >= 2, "a stage ring of two at least");
   static constexpr int kSmemKV = kStages * kStageBytes;
@@ -88,11 +92,7 @@ struct DecodeConfig {
   static constexpr int kOffQh = kOffQ + kSmemQ;
   static constexpr int kOffKB = kOffQh + kSmemQh;
   static constexpr int kOffQmul = kOffKB + kStages * kKeys * 8;
-  // Pair merge (kWide): the peer's normalized rows and LSEs, pushed in by the peer, and this
-  // block's LSEs: [16][D] + [16] + [16] floats outside the ring, which the peer may write while
-  // this block still streams.
   static constexpr int kOffPeer = kOffQmul + kSmemQmul;
-  static constexpr int kSmemPeer = kWide != 0 ? (16 * D + 32) * 4 : 0;
   static constexpr int kSmemBytes = kOffPeer + kSmemPeer;
   static constexpr bool kQInRegs = D <= 128;  // D/16 x 4 registers of q fragments
   static_assert(D % 16 == 0, "head dim a multiple of 16");

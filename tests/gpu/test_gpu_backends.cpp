@@ -38,8 +38,8 @@ struct GpuCase {
   bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
                                  // programmatic dependents)
   int decode_cluster = 1;        // three_path's TRIPATH_DECODE_CLUSTER (an even decode batch of
-                                 // few row sets as 2-CTA clusters of halves: 1 8-warp blocks, 2
-                                 // 6-warp blocks, 0 off)
+                                 // few row sets as 2-CTA clusters of halves: 1, 2 with 256-byte
+                                 // L2 prefetch, 0 off)
   int fuse_compute = 2;          // three_path's TRIPATH_FUSE_COMPUTE: 2 (default) as 1, and one
                                  // pass per extend item where one round holds every context; 1
                                  // prefill, self-part and first round in one launch; 0 one each
@@ -206,7 +206,7 @@ std::vector<GpuCase> all_cases() {
         c.reqs.assign(64, {1, 4096});
         add(c, "decode_uniform_tp8");
         c.decode_cluster = 2;
-        add(c, "pairs6_decode_uniform_tp8");
+        add(c, "pairs256_decode_uniform_tp8");
         c.decode_cluster = 0;
         add(c, "merge_kernel_decode_uniform_tp8");
         c = base;
@@ -219,7 +219,7 @@ std::vector<GpuCase> all_cases() {
         c.softcap = 30.0f;
         add(c, "pairs_tp8_sinks_window_softcap");
         c.decode_cluster = 2;
-        add(c, "pairs6_tp8_sinks_window_softcap");
+        add(c, "pairs256_tp8_sinks_window_softcap");
         c.decode_cluster = 1;
         c.window = -1;
         c.softcap = 0.0f;

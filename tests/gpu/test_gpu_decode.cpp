@@ -5,10 +5,10 @@
 // built head dim, block sizes 1/16/32/64, NHD/HND/tiled, contexts 0..70000, one split (final
 // output written directly) and several (uneven, some empty: partials + the merge kernel, the
 // planner's partition, or two merged inside 2-CTA clusters of the wide one-block-per-SM form,
-// 8 and 6 warps, 16-bit caches of head dim <= 128), window, soft-cap, sinks, LSE on/off, a
-// non-default scale, fp8 KV with distinct k/v scales, f16, decode_threshold 2 and 4 (MTP rows).
-// Repeated runs are bitwise identical. GpuDecodeBench times the kernel against the unified kRows16
-// tile on the published decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
+// 128- and 256-byte L2 prefetch, 16-bit caches of head dim <= 128), window, soft-cap, sinks, LSE
+// on/off, a non-default scale, fp8 KV with distinct k/v scales, f16, decode_threshold 2 and 4 (MTP
+// rows). Repeated runs are bitwise identical. GpuDecodeBench times the kernel against the unified
+// kRows16 tile on the published decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,9 +41,9 @@ struct DecodeCase {
   // request (some empty for short contexts) merged by the merge kernel; 0: the planner's split
   // partition (always merged, as three_path does).
   int splits = 1;
-  // With splits 2: each (request, KV head)'s two splits as a 2-CTA cluster of wide blocks with
-  // this many warps (8 or 6) merging in distributed shared memory (UnifiedParams::cluster_splits,
-  // wide_warps), no partial buffers, no merge kernel. 0: not a pair launch.
+  // With splits 2: each (request, KV head)'s two splits as a 2-CTA cluster of wide blocks merging
+  // in distributed shared memory (UnifiedParams::cluster_splits), no partial buffers, no merge
+  // kernel; 1: 128-byte L2 prefetch, 2: 256-byte (wide_prefetch256). 0: not a pair launch.
   int cluster = 0;
   std::vector<ReqShape> reqs;
 };
@@ -180,16 +180,16 @@ std::vector<DecodeCase> all_cases() {
     c.reqs = {{1, 4096}, {1, 5}, {1, 0}, {1, 1500}, {1, 77}};
     add(c, "tp8_like_sinks_splits8");
   }
-  // Pair launches (the wide form, 8 and 6 warps) on every case with several splits that they are
-  // built for, cut in two: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks,
+  // Pair launches (the wide form, both prefetch widths) on every case with several splits that they
+  // are built for, cut in two: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks,
   // no LSE, f16, MTP rows, empty halves of short contexts).
   for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
     if (m.splits < 2 || m.cache != m.dtype || m.dim > 128) continue;
-    for (int warps : {8, 6}) {
+    for (int form : {1, 2}) {
       DecodeCase c = m;
       c.splits = 2;
-      c.cluster = warps;
-      add(c, "cluster" + std::to_string(warps) + "_" + m.name);
+      c.cluster = form;
+      add(c, (form == 1 ? "cluster_" : "cluster256_") + m.name);
     }
   }
   return out;
@@ -340,7 +340,7 @@ void check_case(const DecodeCase& c) {
   if (c.cluster != 0) {
     // Items are (request, KV head)-major, split-minor: each pair of splits is one cluster.
     p.cluster_splits = 2;
-    p.wide_warps = c.cluster;
+    p.wide_prefetch256 = c.cluster == 2 ? 1 : 0;
     direct = true;  // the kernel writes the final output
   }
 
@@ -416,7 +416,7 @@ void check_supports() {
   if (kernels::decode_built(128, DType::kBF16, DType::kBF16)) {
     EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 16, 1, &why));
     EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 8, 2, &why));
-    // Pair launches: exactly 2 splits, whole pairs of items, 8 or 6 warps, refused before any
+    // Pair launches: exactly 2 splits, whole pairs of items, prefetch 0 or 1, refused before any
     // launch.
     kernels::UnifiedParams p{};
     p.num_items = 8;
@@ -427,13 +427,13 @@ void check_supports() {
           << "cluster_splits " << bad;
     }
     p.cluster_splits = 2;
-    for (int bad : {4, 7, -1}) {
-      p.wide_warps = bad;
+    for (int bad : {2, -1}) {
+      p.wide_prefetch256 = bad;
       EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
                 cudaErrorInvalidValue)
-          << "wide_warps " << bad;
+          << "wide_prefetch256 " << bad;
     }
-    p.wide_warps = 0;
+    p.wide_prefetch256 = 0;
     p.num_items = 9;  // not whole pairs
     EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
               cudaErrorInvalidValue);

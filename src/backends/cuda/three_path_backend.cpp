@@ -98,8 +98,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //   TRIPATH_DECODE_CLUSTER (default 1): a decode batch of even lengths whose row sets, cut
   //     in halves, fit one wave at one block per SM (the 8-query / 1-KV-head shard at 64
   //     requests) runs each row set as a 2-CTA cluster of wide blocks that merges in
-  //     distributed shared memory (add_decode_pairs); 2: the same, 6-warp blocks; 0: the
-  //     planner's splits, partials and the merge kernel.
+  //     distributed shared memory (add_decode_pairs); 2: the same, its K/V copies
+  //     prefetching 256-byte L2 lines; 0: the planner's splits, partials and the merge kernel.
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -269,7 +269,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
         p.cluster_splits = l.pairs ? 2 : 0;
-        p.wide_warps = decode_cluster_ == 2 ? 6 : 8;
+        p.wide_prefetch256 = decode_cluster_ == 2 ? 1 : 0;
         TRIPATH_CUDA_CHECK(
             kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {

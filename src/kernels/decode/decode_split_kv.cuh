@@ -42,9 +42,9 @@
 
 namespace tripath::kernels {
 
-// kWide = 8 or 6: one block per SM of that many warps, the whole shared memory its ring (bf16 D =
-// 128: 3 stages of 128 keys, 139 KB in flight, as two 4-warp blocks of 3 x 64 keys hold; or 4
-// stages of 96 keys, 156 KB). The cluster
+// kWide = 8: one block per SM of 8 warps, the whole shared memory its ring (bf16 D = 128: 3
+// stages of 128 keys, 139 KB in flight, as two 4-warp blocks of 3 x 64 keys hold; 6 warps in 4
+// stages of 96 keys, 156 KB, measured the same: run n4). The cluster
 // launches (p.cluster_splits) take it: a small batch whose row sets, split in halves, fit one wave
 // at one block per SM needs each block to stream twice the bytes of a two-per-SM block.
 template <int D, typename T, typename KvT, int kWide = 0>
@@ -144,7 +144,8 @@ __device__ __forceinline__ void decode_pair_merge(const UnifiedParams& p, const 
   }
 }
 
-template <int D, typename T, typename KvT, int kWide>
+// kPf256 (wide form only): the K/V copies prefetch 256-byte L2 lines instead of 128.
+template <int D, typename T, typename KvT, int kWide, bool kPf256>
 __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                                   DecodeConfig<D, T, KvT, kWide>::kMinBlocks)
     paged_decode_split_kv_kernel(const __grid_constant__ UnifiedParams p) {
@@ -257,7 +258,10 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       const int64_t off =
           valid ? kb[key] + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
                 : 0;
-      if constexpr (D * sizeof(KvT) >= 128) {
+      if constexpr (kPf256) {
+        cp_async_16_l2_256(dk + key * kRowBytes + c * 16, k_cache + off, valid);
+        cp_async_16_l2_256(dv + key * kRowBytes + c * 16, v_cache + off, valid);
+      } else if constexpr (D * sizeof(KvT) >= 128) {
         cp_async_16_l2_128(dk + key * kRowBytes + c * 16, k_cache + off, valid);
         cp_async_16_l2_128(dv + key * kRowBytes + c * 16, v_cache + off, valid);
       } else {
@@ -533,10 +537,10 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   }
 }
 
-template <int D, typename T, typename KvT, int kWide>
+template <int D, typename T, typename KvT, int kWide, bool kPf256 = false>
 cudaError_t launch_paged_decode_config(const UnifiedParams& p, cudaStream_t stream) {
   using Cfg = DecodeConfig<D, T, KvT, kWide>;
-  auto kernel = paged_decode_split_kv_kernel<D, T, KvT, kWide>;
+  auto kernel = paged_decode_split_kv_kernel<D, T, KvT, kWide, kPf256>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -555,8 +559,8 @@ int decode_cluster_capacity_impl() {
   if constexpr (!kDecodeClusterBuilt<D, T, KvT>) {
     return 0;
   } else {
-    using Cfg = DecodeConfig<D, T, KvT, 8>;  // the 6-warp form holds as much shared memory
-    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, 8>;
+    using Cfg = DecodeConfig<D, T, KvT, 8>;
+    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, 8, false>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Cfg::kSmemBytes) != cudaSuccess)
       return 0;
@@ -583,22 +587,21 @@ int decode_cluster_capacity_impl() {
 template <int D, typename T, typename KvT>
 cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream) {
   if (p.cluster_splits != 0) {
-    // Pairs: sm_90, exactly 2 splits per row set, whole pairs of items, the wide form built,
-    // 8 or 6 warps.
+    // Pairs: sm_90, exactly 2 splits per row set, whole pairs of items, the wide form built.
     int device = 0, major = 0;
     cudaError_t e = cudaGetDevice(&device);
     if (e == cudaSuccess)
       e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e != cudaSuccess) return e;
     if (!kDecodeClusterBuilt<D, T, KvT> || major < 9 || p.cluster_splits != 2 ||
-        p.num_items % 2 != 0 || (p.wide_warps != 0 && p.wide_warps != 8 && p.wide_warps != 6))
+        p.num_items % 2 != 0 || p.wide_prefetch256 < 0 || p.wide_prefetch256 > 1)
       return cudaErrorInvalidValue;
   }
   if (p.num_items == 0) return cudaSuccess;
   if constexpr (kDecodeClusterBuilt<D, T, KvT>) {
     if (p.cluster_splits != 0) {
-      return p.wide_warps == 6 ? launch_paged_decode_config<D, T, KvT, 6>(p, stream)
-                               : launch_paged_decode_config<D, T, KvT, 8>(p, stream);
+      return p.wide_prefetch256 == 1 ? launch_paged_decode_config<D, T, KvT, 8, true>(p, stream)
+                                     : launch_paged_decode_config<D, T, KvT, 8>(p, stream);
     }
   }
   return launch_paged_decode_config<D, T, KvT, 0>(p, stream);

@@ -35,9 +35,9 @@ std::vector<VariantVariable> variant_variables() {
       {"TRIPATH_DECODE_CLUSTER", "three_path",
        "1: an even decode batch whose row sets, cut in halves, fit one wave of one block per SM "
        "runs each row set as a 2-CTA cluster of 8-warp blocks merging in distributed shared "
-       "memory (no partials, no merge launch); 2: the same, its K/V copies prefetching 256-byte "
-       "L2 lines; 0: the planner's splits, partial states and the merge kernel",
-       2, 1, ""},
+       "memory (no partials, no merge launch); 0: the planner's splits, partial states and the "
+       "merge kernel",
+       1, 1, ""},
       {"TRIPATH_PDL", "three_path, mla",
        "1: decode kernels and their merge launched as programmatic dependents (they start while "
        "the kernel before them ends)",

@@ -37,9 +37,8 @@ struct GpuCase {
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
   bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
                                  // programmatic dependents)
-  int decode_cluster = 1;        // three_path's TRIPATH_DECODE_CLUSTER (an even decode batch of
-                                 // few row sets as 2-CTA clusters of halves: 1, 2 with 256-byte
-                                 // L2 prefetch, 0 off)
+  bool decode_cluster = true;    // three_path's TRIPATH_DECODE_CLUSTER (an even decode batch of
+                                 // few row sets as 2-CTA clusters of halves)
   int fuse_compute = 2;          // three_path's TRIPATH_FUSE_COMPUTE: 2 (default) as 1, and one
                                  // pass per extend item where one round holds every context; 1
                                  // prefill, self-part and first round in one launch; 0 one each
@@ -205,9 +204,7 @@ std::vector<GpuCase> all_cases() {
         c.hkv = 1;
         c.reqs.assign(64, {1, 4096});
         add(c, "decode_uniform_tp8");
-        c.decode_cluster = 2;
-        add(c, "pairs256_decode_uniform_tp8");
-        c.decode_cluster = 0;
+        c.decode_cluster = false;
         add(c, "merge_kernel_decode_uniform_tp8");
         c = base;
         c.hq = 8;
@@ -218,9 +215,6 @@ std::vector<GpuCase> all_cases() {
         c.window = 1500;
         c.softcap = 30.0f;
         add(c, "pairs_tp8_sinks_window_softcap");
-        c.decode_cluster = 2;
-        add(c, "pairs256_tp8_sinks_window_softcap");
-        c.decode_cluster = 1;
         c.window = -1;
         c.softcap = 0.0f;
         c.sinks = false;
@@ -542,8 +536,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
     ScopedEnv tma("TRIPATH_FLASH_TMA", !c.flash_tma ? "0" : c.tma_all_warps ? "2" : "1");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
     ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
-    const std::string cluster_value = std::to_string(c.decode_cluster);
-    ScopedEnv cluster("TRIPATH_DECODE_CLUSTER", cluster_value.c_str());
+    ScopedEnv cluster("TRIPATH_DECODE_CLUSTER", c.decode_cluster ? "1" : "0");
     const std::string fuse_value = std::to_string(c.fuse_compute);
     ScopedEnv fuse("TRIPATH_FUSE_COMPUTE", fuse_value.c_str());
     const std::string overlap_value = std::to_string(c.flash_overlap);
@@ -749,7 +742,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
         Bad{"TRIPATH_FLASH_OVERLAP", "14"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
         Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
         Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}, Bad{"TRIPATH_FUSE_COMPUTE", "3"},
-        Bad{"TRIPATH_FUSE_COMPUTE", "no"}, Bad{"TRIPATH_DECODE_CLUSTER", "3"}}) {
+        Bad{"TRIPATH_FUSE_COMPUTE", "no"}, Bad{"TRIPATH_DECODE_CLUSTER", "2"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");

@@ -5,7 +5,7 @@
 // built head dim, block sizes 1/16/32/64, NHD/HND/tiled, contexts 0..70000, one split (final
 // output written directly) and several (uneven, some empty: partials + the merge kernel, the
 // planner's partition, or two merged inside 2-CTA clusters of the wide one-block-per-SM form,
-// 128- and 256-byte L2 prefetch, 16-bit caches of head dim <= 128), window, soft-cap, sinks, LSE
+// 16-bit caches of head dim <= 128), window, soft-cap, sinks, LSE
 // on/off, a non-default scale, fp8 KV with distinct k/v scales, f16, decode_threshold 2 and 4 (MTP
 // rows). Repeated runs are bitwise identical. GpuDecodeBench times the kernel against the unified
 // kRows16 tile on the published decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
@@ -43,8 +43,8 @@ struct DecodeCase {
   int splits = 1;
   // With splits 2: each (request, KV head)'s two splits as a 2-CTA cluster of wide blocks merging
   // in distributed shared memory (UnifiedParams::cluster_splits), no partial buffers, no merge
-  // kernel; 1: 128-byte L2 prefetch, 2: 256-byte (wide_prefetch256). 0: not a pair launch.
-  int cluster = 0;
+  // kernel.
+  bool cluster = false;
   std::vector<ReqShape> reqs;
 };
 
@@ -180,17 +180,15 @@ std::vector<DecodeCase> all_cases() {
     c.reqs = {{1, 4096}, {1, 5}, {1, 0}, {1, 1500}, {1, 77}};
     add(c, "tp8_like_sinks_splits8");
   }
-  // Pair launches (the wide form, both prefetch widths) on every case with several splits that they
-  // are built for, cut in two: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks,
-  // no LSE, f16, MTP rows, empty halves of short contexts).
+  // Pair launches (the wide form) on every case with several splits that they are built for, cut in
+  // two: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks, no LSE, f16, MTP
+  // rows, empty halves of short contexts).
   for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
     if (m.splits < 2 || m.cache != m.dtype || m.dim > 128) continue;
-    for (int form : {1, 2}) {
-      DecodeCase c = m;
-      c.splits = 2;
-      c.cluster = form;
-      add(c, (form == 1 ? "cluster_" : "cluster256_") + m.name);
-    }
+    DecodeCase c = m;
+    c.splits = 2;
+    c.cluster = true;
+    add(c, "cluster_" + m.name);
   }
   return out;
 }
@@ -337,10 +335,9 @@ void check_case(const DecodeCase& c) {
   p.scale_log2 = p.score_scale * 1.4426950408889634f;
   p.softcap = c.softcap;
   p.v_scale = fp8 ? s.cache.v_scale : 1.0f;
-  if (c.cluster != 0) {
+  if (c.cluster) {
     // Items are (request, KV head)-major, split-minor: each pair of splits is one cluster.
     p.cluster_splits = 2;
-    p.wide_prefetch256 = c.cluster == 2 ? 1 : 0;
     direct = true;  // the kernel writes the final output
   }
 
@@ -383,7 +380,7 @@ void check_case(const DecodeCase& c) {
     }
     EXPECT_EQ(bad, 0);
   }
-  if (c.cluster != 0) {  // the partial buffers were not touched
+  if (c.cluster) {  // the partial buffers were not touched
     const std::vector<float> part_lse =
         d_part_lse.download<float>(static_cast<size_t>(max_parts * rows));
     EXPECT_TRUE(std::all_of(part_lse.begin(), part_lse.end(), [](float x) {
@@ -416,8 +413,7 @@ void check_supports() {
   if (kernels::decode_built(128, DType::kBF16, DType::kBF16)) {
     EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 16, 1, &why));
     EXPECT_TRUE(kernels::decode_kernel_supports(128, DType::kBF16, DType::kBF16, 8, 2, &why));
-    // Pair launches: exactly 2 splits, whole pairs of items, prefetch 0 or 1, refused before any
-    // launch.
+    // Pair launches: exactly 2 splits, whole pairs of items, refused before any launch.
     kernels::UnifiedParams p{};
     p.num_items = 8;
     for (int bad : {1, 3, 4, 8, -2}) {
@@ -427,13 +423,6 @@ void check_supports() {
           << "cluster_splits " << bad;
     }
     p.cluster_splits = 2;
-    for (int bad : {2, -1}) {
-      p.wide_prefetch256 = bad;
-      EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
-                cudaErrorInvalidValue)
-          << "wide_prefetch256 " << bad;
-    }
-    p.wide_prefetch256 = 0;
     p.num_items = 9;  // not whole pairs
     EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
               cudaErrorInvalidValue);

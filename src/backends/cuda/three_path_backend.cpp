@@ -98,8 +98,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //   TRIPATH_DECODE_CLUSTER (default 1): a decode batch of even lengths whose row sets, cut
   //     in halves, fit one wave at one block per SM (the 8-query / 1-KV-head shard at 64
   //     requests) runs each row set as a 2-CTA cluster of wide blocks that merges in
-  //     distributed shared memory (add_decode_pairs); 2: the same, its K/V copies
-  //     prefetching 256-byte L2 lines; 0: the planner's splits, partials and the merge kernel.
+  //     distributed shared memory (add_decode_pairs; tp8 decode-4k 43-44 us against 46-48,
+  //     runs n4-n5); 0: the planner's splits, partials and the merge kernel.
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -114,7 +114,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
     pdl_ = read_variant("TRIPATH_PDL") == 1;
     fuse_ = read_variant("TRIPATH_FUSE_COMPUTE");
-    decode_cluster_ = read_variant("TRIPATH_DECODE_CLUSTER");
+    decode_cluster_ = read_variant("TRIPATH_DECODE_CLUSTER") == 1;
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -154,7 +154,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
       }
     }
     push_launch(items, decode_tile_, Launch::kDecode, -1);
-    decode_pairs_ = decode_cluster_ != 0 && decode_tile_ == kernels::kRows16 &&
+    decode_pairs_ = decode_cluster_ && decode_tile_ == kernels::kRows16 &&
                     add_decode_pairs(items, plan, group, hkv, params.head_dim);
 
     // Prefill and extend, as 64-row items for the unified tiles and, where the flash kernel
@@ -269,7 +269,6 @@ class ThreePathBackend final : public CudaAttentionBackend {
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
         p.cluster_splits = l.pairs ? 2 : 0;
-        p.wide_prefetch256 = decode_cluster_ == 2 ? 1 : 0;
         TRIPATH_CUDA_CHECK(
             kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -479,7 +478,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   std::vector<Launch> launches_;
   DeviceBuffer workspace_;
   bool pdl_ = false;            // TRIPATH_PDL=1
-  int decode_cluster_ = 1;      // TRIPATH_DECODE_CLUSTER
+  bool decode_cluster_ = true;  // TRIPATH_DECODE_CLUSTER=1
   bool decode_pairs_ = false;   // this plan has the 2-CTA cluster item set (add_decode_pairs)
   int capacity_head_dim_ = -1;  // the head dim cluster_capacity_ was asked for (-1: none yet)
   int cluster_capacity_ = 0;    // 2-CTA clusters of the wide decode kernel resident at once

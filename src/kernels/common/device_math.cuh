@@ -43,12 +43,6 @@ __device__ __forceinline__ void cp_async_16_l2_128(void* smem, const void* gmem,
   asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(src_bytes));
 }
-// The same with a 256-byte L2 prefetch: a whole 128-dim bf16 K/V row per DRAM request.
-__device__ __forceinline__ void cp_async_16_l2_256(void* smem, const void* gmem, bool valid) {
-  const int src_bytes = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
-               "l"(gmem), "r"(src_bytes));
-}
 // True when every lane's two row-rescale factors are exactly 1 (no row maximum moved): the
 // online softmax's O *= alpha is then the identity, and the tuned loops skip it per warp.
 __device__ __forceinline__ bool warp_rescale_is_identity(float alpha0, float alpha1) {

@@ -144,8 +144,7 @@ __device__ __forceinline__ void decode_pair_merge(const UnifiedParams& p, const 
   }
 }
 
-// kPf256 (wide form only): the K/V copies prefetch 256-byte L2 lines instead of 128.
-template <int D, typename T, typename KvT, int kWide, bool kPf256>
+template <int D, typename T, typename KvT, int kWide>
 __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                                   DecodeConfig<D, T, KvT, kWide>::kMinBlocks)
     paged_decode_split_kv_kernel(const __grid_constant__ UnifiedParams p) {
@@ -258,10 +257,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       const int64_t off =
           valid ? kb[key] + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
                 : 0;
-      if constexpr (kPf256) {
-        cp_async_16_l2_256(dk + key * kRowBytes + c * 16, k_cache + off, valid);
-        cp_async_16_l2_256(dv + key * kRowBytes + c * 16, v_cache + off, valid);
-      } else if constexpr (D * sizeof(KvT) >= 128) {
+      if constexpr (D * sizeof(KvT) >= 128) {
         cp_async_16_l2_128(dk + key * kRowBytes + c * 16, k_cache + off, valid);
         cp_async_16_l2_128(dv + key * kRowBytes + c * 16, v_cache + off, valid);
       } else {
@@ -537,10 +533,10 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   }
 }
 
-template <int D, typename T, typename KvT, int kWide, bool kPf256 = false>
+template <int D, typename T, typename KvT, int kWide>
 cudaError_t launch_paged_decode_config(const UnifiedParams& p, cudaStream_t stream) {
   using Cfg = DecodeConfig<D, T, KvT, kWide>;
-  auto kernel = paged_decode_split_kv_kernel<D, T, KvT, kWide, kPf256>;
+  auto kernel = paged_decode_split_kv_kernel<D, T, KvT, kWide>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -560,7 +556,7 @@ int decode_cluster_capacity_impl() {
     return 0;
   } else {
     using Cfg = DecodeConfig<D, T, KvT, 8>;
-    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, 8, false>;
+    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, 8>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Cfg::kSmemBytes) != cudaSuccess)
       return 0;
@@ -594,14 +590,13 @@ cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream
       e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e != cudaSuccess) return e;
     if (!kDecodeClusterBuilt<D, T, KvT> || major < 9 || p.cluster_splits != 2 ||
-        p.num_items % 2 != 0 || p.wide_prefetch256 < 0 || p.wide_prefetch256 > 1)
+        p.num_items % 2 != 0)
       return cudaErrorInvalidValue;
   }
   if (p.num_items == 0) return cudaSuccess;
   if constexpr (kDecodeClusterBuilt<D, T, KvT>) {
     if (p.cluster_splits != 0) {
-      return p.wide_prefetch256 == 1 ? launch_paged_decode_config<D, T, KvT, 8, true>(p, stream)
-                                     : launch_paged_decode_config<D, T, KvT, 8>(p, stream);
+      return launch_paged_decode_config<D, T, KvT, 8>(p, stream);
     }
   }
   return launch_paged_decode_config<D, T, KvT, 0>(p, stream);

@@ -49,11 +49,11 @@ int decode_cluster_capacity(int head_dim, DType q, DType kv);
 // (row_begin 0, q_head = kv_head * group). Items with split >= 0 write p.partial_out /
 // p.partial_lse slot `split` (merge with launch_merge_states); split -1 writes p.out, p.lse and
 // applies p.sinks. With p.cluster_splits = 2 the items come in pairs, the two splits of one row
-// set, each pair a 2-CTA cluster of wide one-block-per-SM CTAs (p.wide_prefetch256: 0 or 1) that
+// set, each pair a 2-CTA cluster of wide one-block-per-SM CTAs (8 warps) that
 // merges in distributed shared memory and writes p.out / p.lse (sinks applied; no partial
 // buffers). Returns cudaErrorInvalidValue for a specialization that was not built, or a pair
-// request that decode_cluster_built refuses, with cluster_splits other than 2, an odd item count
-// or wide_prefetch256 other than 0, 1.
+// request that decode_cluster_built refuses, with cluster_splits other than 2 or an odd item
+// count.
 cudaError_t launch_paged_decode(int head_dim, DType q, DType kv, const UnifiedParams& p,
                                 cudaStream_t stream);
 

@@ -55,8 +55,6 @@ struct UnifiedParams {
                                 // cluster of the wide one-block-per-SM form that merges through
                                 // distributed shared memory and writes the final output (no
                                 // partial buffers, no merge launch)
-  int32_t wide_prefetch256;     // host side, with cluster_splits: 1 = the wide form's K/V
-                                // copies prefetch 256-byte L2 lines (0: 128)
 };
 
 // Tile shapes. kRows16: 16 packed rows per block and its four warps split the keys (decode:

@@ -16,11 +16,11 @@
 // memory), not per 16-byte chunk. QK^T and PV on tensor cores (mma.sync m16n8k16, f32 accumulate),
 // online softmax in base 2 per warp; the warps' states combine through shared memory at the end.
 // fp8 caches land raw and widen in registers (decode_fragments.cuh) with the tensor cores in f16.
-// Cluster launches (p.cluster_splits = S): each row set's S splits run as one cluster of wide
-// blocks (one per SM, 8 warps, 3 stages of 128 keys), which leave their normalized rows and LSEs in
-// shared memory and merge them through distributed shared memory (decode_cluster_merge): no partial
-// buffers and no merge launch. three_path takes it with S = 2 for batches whose row sets, cut in
-// halves, fit one wave (the 8-query / 1-KV-head shard).
+// Pair launches (p.cluster_splits = 2): each row set's two splits run as a 2-CTA cluster of wide
+// blocks (one per SM, 8 warps, 3 stages of 128 keys); rank 1 stores its normalized rows and LSEs
+// into rank 0's shared memory, and after one cluster barrier rank 0 merges them with its own
+// (decode_pair_merge): no partial buffers and no merge launch. three_path takes it for even
+// batches whose row sets, cut in halves, fit one wave (the 8-query / 1-KV-head shard).
 //
 // Specializations: head dim x q dtype (bf16, f16) x KV dtype (q dtype, fp8 e4m3), generated from
 // the unified table in src/kernels/CMakeLists.txt. Tests: tests/gpu/test_gpu_decode.cpp (also
@@ -44,9 +44,9 @@ namespace tripath::kernels {
 
 // kWide = 8: one block per SM of 8 warps, the whole shared memory its ring (bf16 D = 128: 3
 // stages of 128 keys, 139 KB in flight, as two 4-warp blocks of 3 x 64 keys hold; 6 warps in 4
-// stages of 96 keys, 156 KB, measured the same: run n4). The cluster
-// launches (p.cluster_splits) take it: a small batch whose row sets, split in halves, fit one wave
-// at one block per SM needs each block to stream twice the bytes of a two-per-SM block.
+// stages of 96 keys, 156 KB, measured the same: run n4). The pair launches take it: a batch
+// whose row sets, cut in halves, fit one wave at one block per SM needs each block to stream
+// twice the bytes of a two-per-SM block.
 template <int D, typename T, typename KvT, int kWide = 0>
 struct DecodeConfig {
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;

@@ -523,6 +523,28 @@ Views make_views(const GpuCase& c, const HostStep& s, Device dev, void* kc, void
   return w;
 }
 
+#ifdef TRIPATH_WITH_CUDA
+// The graph tests' device side of a step: cache, q / k / v uploaded, 16-bit output and f32 LSE
+// buffers, no sinks, and the backend views over them.
+struct DeviceStep {
+  DeviceMem kc, vc, q, k, v, out, lse, sinks;
+  size_t out_elems = 0;
+  Views views;
+};
+void upload_step(const GpuCase& c, const HostStep& s, DeviceStep& d) {
+  d.out_elems = static_cast<size_t>(s.plan.num_tokens) * c.hq * c.dim;
+  d.kc.upload(s.k_cache);
+  d.vc.upload(s.v_cache);
+  d.q.upload(s.q);
+  d.k.upload(s.k);
+  d.v.upload(s.v);
+  d.out.resize(d.out_elems * 2);
+  d.lse.resize(s.plan.num_tokens * c.hq * 4);
+  d.views = make_views(c, s, Device::kCUDA, d.kc.get(), d.vc.get(), d.q.get(), d.k.get(), d.v.get(),
+                       d.out.get(), c.dtype, d.lse.get(), d.sinks.get());
+}
+#endif
+
 class GpuBackendTest : public ::testing::TestWithParam<GpuCase> {};
 
 TEST_P(GpuBackendTest, MatchesReference) {
@@ -625,17 +647,11 @@ TEST(GpuGraph, CaptureAndReplay) {
       }
       HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache,
                              true, 1, build_info().gpu_sm_count, 7);
-      const size_t out_elems = static_cast<size_t>(s.plan.num_tokens) * c.hq * c.dim;
-      DeviceMem kc, vc, q, k, v, out, lse, sinks;
-      kc.upload(s.k_cache);
-      vc.upload(s.v_cache);
-      q.upload(s.q);
-      k.upload(s.k);
-      v.upload(s.v);
-      out.resize(out_elems * 2);
-      lse.resize(s.plan.num_tokens * c.hq * 4);
-      Views g = make_views(c, s, Device::kCUDA, kc.get(), vc.get(), q.get(), k.get(), v.get(),
-                           out.get(), c.dtype, lse.get(), sinks.get());
+      DeviceStep d;
+      upload_step(c, s, d);
+      const size_t out_elems = d.out_elems;
+      DeviceMem& out = d.out;
+      Views& g = d.views;
       cudaStream_t stream;
       TRIPATH_TEST_CUDA(cudaStreamCreate(&stream));
       g.in.stream = stream;
@@ -680,17 +696,11 @@ TEST(GpuGraph, DecodePairsDropTheMergeLaunch) {
   c.reqs.assign(static_cast<size_t>(pairs), {1, 4096});
   HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache, true,
                          1, build_info().gpu_sm_count, 11);
-  const size_t out_elems = static_cast<size_t>(s.plan.num_tokens) * c.hq * c.dim;
-  DeviceMem kc, vc, q, k, v, out, lse, sinks;
-  kc.upload(s.k_cache);
-  vc.upload(s.v_cache);
-  q.upload(s.q);
-  k.upload(s.k);
-  v.upload(s.v);
-  out.resize(out_elems * 2);
-  lse.resize(s.plan.num_tokens * c.hq * 4);
-  Views g = make_views(c, s, Device::kCUDA, kc.get(), vc.get(), q.get(), k.get(), v.get(),
-                       out.get(), c.dtype, lse.get(), sinks.get());
+  DeviceStep d;
+  upload_step(c, s, d);
+  const size_t out_elems = d.out_elems;
+  DeviceMem& out = d.out;
+  Views& g = d.views;
   cudaStream_t stream;
   TRIPATH_TEST_CUDA(cudaStreamCreate(&stream));
   g.in.stream = stream;

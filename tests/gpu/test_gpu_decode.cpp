@@ -439,27 +439,22 @@ void check_supports() {
   }
 }
 
-// The published decode shapes (shared/BENCH.md, docs/perf-notes.md): the decode kernel against
-// the unified kRows16 tile on the same items, for split targets of 1..8 waves of SMs. Medians of
-// 20 launches after 3 warm-ups; TB/s counts the K/V bytes read.
-void bench_published_shapes() {
-  struct Shape {
-    const char* name;
-    int requests, context, hq, hkv;
-    DType cache;
-  };
-  const Shape shapes[] = {{"decode-4k", 64, 4096, 64, 4, DType::kBF16},
-                          {"decode-4k fp8", 64, 4096, 64, 4, DType::kFP8E4M3},
-                          {"decode-4k tp8", 64, 4096, 8, 1, DType::kBF16},
-                          {"decode-long", 8, 131072, 64, 4, DType::kBF16},
-                          {"decode-long fp8", 8, 131072, 64, 4, DType::kFP8E4M3}};
-  const int D = 128, bs = 16, sms = build_info().gpu_sm_count;
-  if (!kernels::decode_built(D, DType::kBF16, DType::kBF16)) GTEST_SKIP() << "128/bf16 not built";
-  std::mt19937_64 rng(1);
-  for (const Shape& sh : shapes) {
-    if (!kernels::decode_built(D, DType::kBF16, sh.cache)) continue;
-    const int group = sh.hq / sh.hkv, seq = sh.context + 1;
-    const int blocks_per = (seq + bs - 1) / bs;
+// One published decode shape (shared/BENCH.md) on the device: a random cache (finite, never
+// zero) on a shuffled pool of exactly the blocks needed, q, lengths; `params()` fills every
+// UnifiedParams field but the items and the partial buffers.
+struct BenchShape {
+  const char* name;
+  int requests, context, hq, hkv;
+  DType cache;
+};
+struct BenchInputs {
+  static constexpr int D = 128, bs = 16;
+  int group, seq, blocks_per;
+  double kv_bytes;
+  DeviceMem k, v, q, out, lse, table, cu, ctx;
+
+  BenchInputs(const BenchShape& sh, std::mt19937_64& rng)
+      : group(sh.hq / sh.hkv), seq(sh.context + 1), blocks_per((seq + bs - 1) / bs) {
     const int64_t pool = int64_t(blocks_per) * sh.requests;
     std::vector<int32_t> ids(static_cast<size_t>(pool));
     std::iota(ids.begin(), ids.end(), 0);
@@ -474,23 +469,68 @@ void bench_published_shapes() {
       bytes[i] = esz == 2 && (i % 2 == 1) ? static_cast<uint8_t>(0x3E | (x & 0x80))
                                           : static_cast<uint8_t>(x & (esz == 1 ? 0xB7 : 0xFF));
     }
-    std::vector<uint16_t> q(size_t(sh.requests) * sh.hq * D);
-    for (auto& v : q) v = float_to_bf16(std::normal_distribution<float>()(rng));
-    std::vector<int32_t> cu(sh.requests + 1), ctx(sh.requests, sh.context);
-    for (int r = 0; r <= sh.requests; ++r) cu[r] = r;
-    DeviceMem d_k, d_v, d_q, d_out, d_lse, d_table, d_cu, d_ctx, d_items, d_part_out, d_part_lse,
-        d_parts;
-    d_k.upload(bytes);
-    d_v.upload(bytes);
+    std::vector<uint16_t> qh(size_t(sh.requests) * sh.hq * D);
+    for (auto& e : qh) e = float_to_bf16(std::normal_distribution<float>()(rng));
+    std::vector<int32_t> cuh(sh.requests + 1), ctxh(sh.requests, sh.context);
+    for (int r = 0; r <= sh.requests; ++r) cuh[r] = r;
+    k.upload(bytes);
+    v.upload(bytes);
     bytes = {};
-    d_q.upload(q);
-    d_table.upload(ids);
-    d_cu.upload(cu);
-    d_ctx.upload(ctx);
+    q.upload(qh);
+    table.upload(ids);
+    cu.upload(cuh);
+    ctx.upload(ctxh);
     const int64_t rows = int64_t(sh.requests) * sh.hq;
-    d_out.resize(rows * D * 2);
-    d_lse.resize(rows * 4);
-    const double kv_bytes = double(sh.requests) * seq * sh.hkv * D * esz * 2;
+    out.resize(rows * D * 2);
+    lse.resize(rows * 4);
+    kv_bytes = double(sh.requests) * seq * sh.hkv * D * esz * 2;
+  }
+  kernels::UnifiedParams params(const BenchShape& sh) const {
+    kernels::UnifiedParams p{};
+    p.q = q.get();
+    p.out = out.get();
+    p.lse = static_cast<float*>(lse.get());
+    p.k_cache = k.get();
+    p.v_cache = v.get();
+    p.block_table = static_cast<const int32_t*>(table.get());
+    p.cu_seqlens_q = static_cast<const int32_t*>(cu.get());
+    p.context_lens = static_cast<const int32_t*>(ctx.get());
+    p.num_tokens = sh.requests;
+    p.num_q_heads = sh.hq;
+    p.num_kv_heads = sh.hkv;
+    p.rows_per_token = group;
+    p.max_blocks_per_request = blocks_per;
+    p.block_size = bs;
+    p.log2_block_size = log2_of(bs);
+    p.layout = static_cast<int32_t>(KvLayout::kNHD);
+    p.window_left = -1;
+    p.score_scale = 1.0f / std::sqrt(float(D));
+    p.scale_log2 = p.score_scale * 1.4426950408889634f;
+    p.v_scale = 1.0f;
+    return p;
+  }
+};
+
+// The published decode shapes (shared/BENCH.md, docs/perf-notes.md): the decode kernel against
+// the unified kRows16 tile on the same items, for split targets of 1..8 waves of SMs. Medians of
+// 20 launches after 3 warm-ups; TB/s counts the K/V bytes read.
+void bench_published_shapes() {
+  const BenchShape shapes[] = {{"decode-4k", 64, 4096, 64, 4, DType::kBF16},
+                               {"decode-4k fp8", 64, 4096, 64, 4, DType::kFP8E4M3},
+                               {"decode-4k tp8", 64, 4096, 8, 1, DType::kBF16},
+                               {"decode-long", 8, 131072, 64, 4, DType::kBF16},
+                               {"decode-long fp8", 8, 131072, 64, 4, DType::kFP8E4M3}};
+  constexpr int D = BenchInputs::D, bs = BenchInputs::bs;
+  const int sms = build_info().gpu_sm_count;
+  if (!kernels::decode_built(D, DType::kBF16, DType::kBF16)) GTEST_SKIP() << "128/bf16 not built";
+  std::mt19937_64 rng(1);
+  for (const BenchShape& sh : shapes) {
+    if (!kernels::decode_built(D, DType::kBF16, sh.cache)) continue;
+    BenchInputs in(sh, rng);
+    const int group = in.group, seq = in.seq;
+    const int64_t rows = int64_t(sh.requests) * sh.hq;
+    const double kv_bytes = in.kv_bytes;
+    DeviceMem d_items, d_part_out, d_part_lse, d_parts;
     for (int waves : {1, 2, 4, 8}) {
       const int32_t split =
           choose_split_tokens(std::vector<int32_t>(sh.requests, seq), sms, sh.hkv, 256, waves, bs);
@@ -509,31 +549,11 @@ void bench_published_shapes() {
       d_part_out.resize(size_t(parts) * rows * D * 4);
       d_part_lse.resize(size_t(parts) * rows * 4);
       d_parts.upload(std::vector<int32_t>(sh.requests, parts));
-      kernels::UnifiedParams p{};
-      p.q = d_q.get();
-      p.out = d_out.get();
-      p.lse = static_cast<float*>(d_lse.get());
-      p.k_cache = d_k.get();
-      p.v_cache = d_v.get();
+      kernels::UnifiedParams p = in.params(sh);
       p.partial_out = static_cast<float*>(d_part_out.get());
       p.partial_lse = static_cast<float*>(d_part_lse.get());
-      p.block_table = static_cast<const int32_t*>(d_table.get());
-      p.cu_seqlens_q = static_cast<const int32_t*>(d_cu.get());
-      p.context_lens = static_cast<const int32_t*>(d_ctx.get());
       p.items = static_cast<const kernels::UnifiedWorkItem*>(d_items.get());
       p.num_items = static_cast<int32_t>(items.size());
-      p.num_tokens = sh.requests;
-      p.num_q_heads = sh.hq;
-      p.num_kv_heads = sh.hkv;
-      p.rows_per_token = group;
-      p.max_blocks_per_request = blocks_per;
-      p.block_size = bs;
-      p.log2_block_size = log2_of(bs);
-      p.layout = static_cast<int32_t>(KvLayout::kNHD);
-      p.window_left = -1;
-      p.score_scale = 1.0f / std::sqrt(float(D));
-      p.scale_log2 = p.score_scale * 1.4426950408889634f;
-      p.v_scale = 1.0f;
       kernels::MergeParams m{};
       m.part_out = p.partial_out;
       m.part_lse = p.partial_lse;
@@ -572,6 +592,97 @@ void bench_published_shapes() {
   }
 }
 
+// Where the tp8 shard's pair launch spends its time: each row set cut at the cache block past
+// its middle, as three_path's add_decode_pairs cuts it, the halves a 2-CTA cluster, p.trace set
+// (launch.h's events). Launches run hot (back to back) and cold (each after a 256 MB memset, so
+// the L2 holds none of the items, tables or cache). Printed per cold launch: each event's time
+// after the launch's first block entry, over the blocks (min / median / max, us), and the
+// blocks' stream rates.
+void trace_tp8_pairs() {
+  const BenchShape sh{"decode-4k tp8", 64, 4096, 8, 1, DType::kBF16};
+  constexpr int D = BenchInputs::D, bs = BenchInputs::bs;
+  if (!kernels::decode_cluster_built(D, DType::kBF16, DType::kBF16) ||
+      build_info().gpu_compute_capability < 90)
+    GTEST_SKIP() << "the pair form needs sm_90 and 128/bf16";
+  std::mt19937_64 rng(1);
+  BenchInputs in(sh, rng);
+  const int mid = std::min(in.seq, (in.seq / 2 + bs - 1) / bs * bs);
+  std::vector<kernels::UnifiedWorkItem> items;
+  for (int r = 0; r < sh.requests; ++r) {
+    items.push_back({r, 0, 0, 0, 0, mid, 0, 0});
+    items.push_back({r, 0, 0, 0, mid, in.seq, 1, 0});
+  }
+  const int blocks = static_cast<int>(items.size());
+  DeviceMem d_items, d_trace, flush(size_t(256) << 20);
+  d_items.upload(items);
+  d_trace.resize(size_t(blocks) * kernels::kDecodeTraceSlots * 8);
+  kernels::UnifiedParams p = in.params(sh);
+  p.items = static_cast<const kernels::UnifiedWorkItem*>(d_items.get());
+  p.num_items = blocks;
+  p.cluster_splits = 2;
+  auto launch = [&] {
+    EXPECT_EQ(kernels::launch_paged_decode(D, DType::kBF16, DType::kBF16, p, nullptr), cudaSuccess);
+  };
+  const double hot = median_launch_us(launch);
+  std::vector<float> cold;
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  for (int i = 0; i < 20; ++i) {
+    cudaMemsetAsync(flush.get(), i, size_t(256) << 20);
+    cudaEventRecord(a);
+    launch();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0.0f;
+    cudaEventElapsedTime(&ms, a, b);
+    cold.push_back(ms * 1000.0f);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(cold.begin(), cold.end());
+  std::printf("tp8 pairs: %d blocks, hot %.2f us (%.3f TB/s), cold %.2f us (%.3f TB/s)\n", blocks,
+              hot, in.kv_bytes / hot / 1e6, cold[cold.size() / 2],
+              in.kv_bytes / cold[cold.size() / 2] / 1e6);
+  const char* names[] = {"entry", "issued", "landed", "loop end", "pushed", "synced", "end"};
+  p.trace = static_cast<unsigned long long*>(d_trace.get());
+  for (int rep = 0; rep < 3; ++rep) {
+    cudaMemsetAsync(flush.get(), rep, size_t(256) << 20);
+    launch();
+    TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
+    const auto t = d_trace.download<unsigned long long>(size_t(blocks) * kernels::kDecodeTraceSlots);
+    auto at = [&](int blk, int e) { return t[size_t(blk) * kernels::kDecodeTraceSlots + e]; };
+    unsigned long long t0 = ~0ull;
+    for (int blk = 0; blk < blocks; ++blk) t0 = std::min(t0, at(blk, 0));
+    std::ostringstream os;
+    os.precision(3);
+    os << std::fixed << "trace " << rep << ":";
+    auto spread = [&](const char* what, const std::function<double(int)>& f) {
+      std::vector<double> v;
+      for (int blk = 0; blk < blocks; ++blk) v.push_back(f(blk));
+      std::sort(v.begin(), v.end());
+      os << " " << what << " " << v.front() << "/" << v[v.size() / 2] << "/" << v.back() << ";";
+    };
+    for (int e = 0; e < 7; ++e)
+      spread(names[e], [&](int blk) { return (at(blk, e) - t0) / 1000.0; });
+    spread("ramp", [&](int blk) { return (at(blk, 2) - at(blk, 0)) / 1000.0; });
+    spread("stream", [&](int blk) { return (at(blk, 3) - at(blk, 2)) / 1000.0; });
+    spread("GB/s", [&](int blk) {
+      const auto& it = items[blk];
+      const double bytes = double(it.kv_end - it.kv_begin) * D * 2 * 2;
+      return bytes / double(std::max<unsigned long long>(1, at(blk, 3) - at(blk, 2)));
+    });
+    spread("tail", [&](int blk) { return (at(blk, 6) - at(blk, 3)) / 1000.0; });
+    std::vector<unsigned long long> sms;
+    for (int blk = 0; blk < blocks; ++blk) sms.push_back(at(blk, 7));
+    std::sort(sms.begin(), sms.end());
+    os << " SMs " << (std::unique(sms.begin(), sms.end()) - sms.begin()) << ", stages "
+       << at(0, 8) << "/" << at(1, 8);
+    std::printf("%s\n", os.str().c_str());
+  }
+  TRIPATH_TEST_CUDA(cudaGetLastError());
+}
+
 #endif  // TRIPATH_WITH_CUDA
 
 class GpuDecodeKernelTest : public ::testing::TestWithParam<DecodeCase> {};
@@ -602,6 +713,17 @@ TEST(GpuDecodeBench, PublishedShapes) {
     GTEST_SKIP() << "timing runs only with TRIPATH_DECODE_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   bench_published_shapes();
+#endif
+}
+
+// Opt-in phase trace of the tp8 pair launch (prints the phases' spread over the blocks).
+TEST(GpuDecodeBench, PairTrace) {
+  TRIPATH_REQUIRE_GPU();
+  const char* env = std::getenv("TRIPATH_DECODE_BENCH");
+  if (env == nullptr || std::string(env).empty() || std::string(env) == "0")
+    GTEST_SKIP() << "timing runs only with TRIPATH_DECODE_BENCH=1";
+#ifdef TRIPATH_WITH_CUDA
+  trace_tp8_pairs();
 #endif
 }
 

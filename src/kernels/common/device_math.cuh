@@ -89,6 +89,17 @@ __device__ __forceinline__ int32_t load_global_pinned(const int32_t* p) {
   asm volatile("ld.global.nc.s32 %0, [%1];\n" : "=r"(v) : "l"(p));
   return v;
 }
+// Nanoseconds from the GPU's global timer (one clock for every SM; timing probes only).
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+__device__ __forceinline__ unsigned int sm_id() {
+  unsigned int id;
+  asm volatile("mov.u32 %0, %%smid;\n" : "=r"(id));
+  return id;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

@@ -164,6 +164,17 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   int64_t* s_kb = reinterpret_cast<int64_t*>(smem + Cfg::kOffKB);  // [kStages][kKeys]
   float* s_qmul = reinterpret_cast<float*>(smem + Cfg::kOffQmul);
 
+  // Phase stamps (p.trace, the wide form only): thread 0 of each block.
+  [[maybe_unused]] unsigned long long* trace = nullptr;
+  if constexpr (kWide != 0) {
+    if (p.trace != nullptr && threadIdx.x == 0) trace = p.trace + blockIdx.x * kDecodeTraceSlots;
+  }
+  auto stamp = [&](int event) {
+    if constexpr (kWide != 0) {
+      if (trace != nullptr) trace[event] = global_timer_ns();
+    }
+  };
+  stamp(0);
   pdl_wait();  // a programmatic dependent (p.pdl): the cache write before it has finished
   pdl_launch_dependents();
   const UnifiedWorkItem it = p.items[blockIdx.x];
@@ -271,6 +282,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     if (s < num_stages) issue_stage(s);
     cp_async_commit();
   }
+  stamp(1);
   cp_async_wait<kStages - 1>();  // the q group has landed (the stages may still be in flight)
   __syncthreads();
 
@@ -345,6 +357,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   for (int j = 0; j < num_stages; ++j) {
     cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies)
     __syncthreads();               // everyone's copies; stage j - 1's slot is free again
+    if (j == 0) stamp(2);
     if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
     cp_async_commit();
     // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
@@ -438,6 +451,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
   }
 
+  stamp(3);
   // The warps hold the same 16 rows over different keys: combine through shared memory (the
   // stage ring, idle now).
   constexpr int kRS = Cfg::kReduceStride;
@@ -449,11 +463,17 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   {
     const int t = lane % 4, g = lane / 4;
     float* w_o = red_o + warp * 16 * kRS;
+    // Rows 8..15 only where the item has them (a group of <= 8 one-token rows fills half the
+    // tile): the combine below reads valid rows alone.
+    const bool high_rows = row_end - it.row_begin > 8;
 #pragma unroll
     for (int tile = 0; tile < D / 8; ++tile) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        w_o[(g + 8 * (e / 2)) * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
+      for (int e = 0; e < 2; ++e) w_o[g * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
+      if (high_rows) {
+#pragma unroll
+        for (int e = 2; e < 4; ++e)
+          w_o[(g + 8) * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
       }
     }
     if (t == 0) {
@@ -528,8 +548,15 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
   }
   if constexpr (kPairs) {
+    stamp(4);
     cluster::sync();  // the peer's pushes have landed; it may exit after this
+    stamp(5);
     if (rank == 0) decode_pair_merge<D, T>(p, it, row_end, red_o, kRS, own_lse, peer_o, peer_lse);
+  }
+  stamp(6);
+  if (trace != nullptr) {
+    trace[7] = sm_id();
+    trace[8] = static_cast<unsigned long long>(num_stages);
   }
 }
 

@@ -45,6 +45,12 @@ bool decode_cluster_built(int head_dim, DType q, DType kv);
 // it is not built or the query fails.
 int decode_cluster_capacity(int head_dim, DType q, DType kv);
 
+// p.trace (wide form only; a timing probe): kDecodeTraceSlots stamps per block at
+// trace[block * kDecodeTraceSlots + event]: %globaltimer ns at entry, after the first stages
+// are issued, when stage 0 has landed, after the last stage, before the cluster barrier, after
+// it, and at the end; then the SM id and the block's stage count.
+constexpr int kDecodeTraceSlots = 9;
+
 // One block per work item (p.items[0, p.num_items)); each item covers all rows of its request
 // (row_begin 0, q_head = kv_head * group). Items with split >= 0 write p.partial_out /
 // p.partial_lse slot `split` (merge with launch_merge_states); split -1 writes p.out, p.lse and

@@ -55,6 +55,8 @@ struct UnifiedParams {
                                 // cluster of the wide one-block-per-SM form that merges through
                                 // distributed shared memory and writes the final output (no
                                 // partial buffers, no merge launch)
+  unsigned long long* trace;    // split-KV decode, wide form only: null, or kDecodeTraceSlots
+                                // stamps per block (decode/launch.h; a timing probe for tests)
 };
 
 // Tile shapes. kRows16: 16 packed rows per block and its four warps split the keys (decode:

@@ -646,8 +646,9 @@ void trace_tp8_pairs() {
               in.kv_bytes / cold[cold.size() / 2] / 1e6);
   const char* names[] = {"entry", "issued", "landed", "loop end", "pushed", "synced", "end"};
   p.trace = static_cast<unsigned long long*>(d_trace.get());
-  for (int rep = 0; rep < 3; ++rep) {
-    cudaMemsetAsync(flush.get(), rep, size_t(256) << 20);
+  for (int rep = 0; rep < 6; ++rep) {
+    // Launches 0..2 cold, 3..5 hot (right after the previous one).
+    if (rep < 3) cudaMemsetAsync(flush.get(), rep, size_t(256) << 20);
     launch();
     TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
     const auto t = d_trace.download<unsigned long long>(size_t(blocks) * kernels::kDecodeTraceSlots);
@@ -679,6 +680,11 @@ void trace_tp8_pairs() {
     os << " SMs " << (std::unique(sms.begin(), sms.end()) - sms.begin()) << ", stages "
        << at(0, 8) << "/" << at(1, 8);
     std::printf("%s\n", os.str().c_str());
+    // Per block: SM, rank, entry, landed, loop end, end (us after the first entry).
+    for (int blk = 0; blk < blocks; ++blk)
+      std::printf("block %d %d sm %llu rank %d: %.3f %.3f %.3f %.3f\n", rep, blk, at(blk, 7),
+                  blk % 2, (at(blk, 0) - t0) / 1000.0, (at(blk, 2) - t0) / 1000.0,
+                  (at(blk, 3) - t0) / 1000.0, (at(blk, 6) - t0) / 1000.0);
   }
   TRIPATH_TEST_CUDA(cudaGetLastError());
 }

@@ -666,6 +666,8 @@ void trace_tp8_pairs() {
     };
     for (int e = 0; e < 7; ++e)
       spread(names[e], [&](int blk) { return (at(blk, e) - t0) / 1000.0; });
+    spread("item", [&](int blk) { return (at(blk, 9) - t0) / 1000.0; });
+    spread("lengths", [&](int blk) { return (at(blk, 10) - t0) / 1000.0; });
     spread("ramp", [&](int blk) { return (at(blk, 2) - at(blk, 0)) / 1000.0; });
     spread("stream", [&](int blk) { return (at(blk, 3) - at(blk, 2)) / 1000.0; });
     spread("GB/s", [&](int blk) {

@@ -95,6 +95,12 @@ __device__ __forceinline__ unsigned long long global_timer_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
   return t;
 }
+// The same, read once `after` is available (the asm's input orders it after the load).
+__device__ __forceinline__ unsigned long long global_timer_ns_after(int after) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t) : "r"(after));
+  return t;
+}
 __device__ __forceinline__ unsigned int sm_id() {
   unsigned int id;
   asm volatile("mov.u32 %0, %%smid;\n" : "=r"(id));

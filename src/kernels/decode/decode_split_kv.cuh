@@ -99,6 +99,15 @@ struct DecodeConfig {
   static_assert(kSmemBytes <= kSmemBudget, "two blocks per SM (kWide: one)");
 };
 
+// First key of stage 0 for keys [lo, end): the stages end at `end`, so a range that is not a
+// whole number of kKeys-key stages starts with the partial one (at or below lo). Issued first, it
+// lands with the ramp; issued last (stages from lo), it was one more round trip through the
+// loaded memory system after the others (run o2's trace: the half with 2049 keys, 17 stages,
+// ended its stream 1.1-1.4 us after the half with 2048).
+__device__ __forceinline__ int stage_origin(int lo, int end, int keys) {
+  return end - (end - lo + keys - 1) / keys * keys;
+}
+
 // Physical 16-byte chunk of logical chunk c in a key row (the tiled layout swizzles them).
 __device__ __forceinline__ int decode_phys_chunk(int layout, int c, int slot, int chunks) {
   return layout == kLayoutTiled ? tiled_chunk_of(c, slot, chunks) : c;
@@ -169,9 +178,9 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   if constexpr (kWide != 0) {
     if (p.trace != nullptr && threadIdx.x == 0) trace = p.trace + blockIdx.x * kDecodeTraceSlots;
   }
-  auto stamp = [&](int event) {
+  auto stamp = [&](int event, int after = 0) {  // `after`: a value the stamp waits for
     if constexpr (kWide != 0) {
-      if (trace != nullptr) trace[event] = global_timer_ns();
+      if (trace != nullptr) trace[event] = global_timer_ns_after(after);
     }
   };
   stamp(0);
@@ -179,18 +188,20 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   pdl_launch_dependents();
   const UnifiedWorkItem it = p.items[blockIdx.x];
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  stamp(9, it.request);
   const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
-  // Wide blocks without a window: the first stages' keys start at kv_begin and end by kv_end,
+  // Wide blocks without a window: the first stages' keys follow from kv_begin and kv_end alone,
   // so their block-table entries load now, beside the request's lengths, instead of after them
   // (one dependent global round trip fewer before the first K/V copy of the launch's one wave).
   constexpr int kPre = kWide != 0 ? (kStages * kKeys + kThreads - 1) / kThreads : 1;
   int32_t pre_block[kPre];
   const bool early_table = kWide != 0 && p.window_left < 0;
   if (early_table) {
+    const int lo = max(0, it.kv_begin), first = stage_origin(lo, it.kv_end, kKeys);
 #pragma unroll
     for (int i = 0; i < kPre; ++i) {
-      const int idx = tid + i * kThreads, kabs = max(0, it.kv_begin) + idx;
-      pre_block[i] = idx < kStages * kKeys && kabs < it.kv_end
+      const int idx = tid + i * kThreads, kabs = first + idx;
+      pre_block[i] = idx < kStages * kKeys && kabs >= lo && kabs < it.kv_end
                          ? load_global_pinned(table + (kabs >> p.log2_block_size))
                          : 0;
     }
@@ -199,13 +210,17 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   const int qlen = p.cu_seqlens_q[it.request + 1] - tok0;
   const int ctx = p.context_lens[it.request];
   const int rpt = p.rows_per_token;
+  stamp(10, ctx + qlen + (early_table ? pre_block[0] : 0));
   const int row_end = min(it.row_begin + 16, qlen * rpt);
   if (row_end <= it.row_begin) return;  // no rows: nothing reads this item's slot
   const int t_first = it.row_begin / rpt, t_last = (row_end - 1) / rpt;
   const int window = p.window_left;
   const int key_lo = max(window >= 0 ? max(0, ctx + t_first - window) : 0, it.kv_begin);
   const int key_hi = min(ctx + t_last + 1, it.kv_end);
-  const int num_stages = key_hi > key_lo ? (key_hi - key_lo + kKeys - 1) / kKeys : 0;
+  // Stages end at kv_end (stage_origin): a range that is not a whole number of stages starts
+  // with its partial stage, whose keys below key_lo are zero-filled and masked.
+  const int first = key_hi > key_lo ? stage_origin(key_lo, it.kv_end, kKeys) : key_lo;
+  const int num_stages = key_hi > key_lo ? (key_hi - first + kKeys - 1) / kKeys : 0;
   // Keys every row of the item sees: a stage inside [full_lo, full_hi) needs no mask.
   const int full_lo = window >= 0 ? ctx + t_last - window : 0;
   const int full_hi = min(key_hi, ctx + t_first + 1);
@@ -237,24 +252,25 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   if constexpr (kWide != 0) {
 #pragma unroll
     for (int i = 0; i < kPre; ++i) {
-      const int idx = tid + i * kThreads, kabs = key_lo + idx;
-      if (idx < kStages * kKeys && kabs < key_hi) {
+      const int idx = tid + i * kThreads, kabs = first + idx;
+      if (idx < kStages * kKeys && kabs >= key_lo && kabs < key_hi) {
         s_kb[idx] = key_base(kabs, early_table ? pre_block[i] : table[kabs >> p.log2_block_size]);
       }
     }
   } else {
     for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
-      const int kabs = key_lo + idx;  // stage idx / kKeys, key idx % kKeys
-      if (kabs < key_hi) s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
+      const int kabs = first + idx;  // stage idx / kKeys, key idx % kKeys
+      if (kabs >= key_lo && kabs < key_hi) s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
     }
   }
   __syncthreads();
 
-  // Stage s -> ring slot s % kStages; keys past key_hi are zero-filled and never read from HBM.
+  // Stage s -> ring slot s % kStages; keys outside [key_lo, key_hi) are zero-filled and never
+  // read from HBM.
   const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
   const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
   auto issue_stage = [&](int s) {
-    const int slot = s % kStages, start = key_lo + s * kKeys;
+    const int slot = s % kStages, start = first + s * kKeys;
     const int64_t* kb = s_kb + slot * kKeys;
     unsigned char* dk = s_kv + slot * Cfg::kStageBytes;
     unsigned char* dv = dk + kKeys * kRowBytes;
@@ -264,7 +280,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       const int idx = tid + i * kThreads;
       if (kTotal % kThreads != 0 && idx >= kTotal) break;
       const int key = idx / kChunks, c = idx % kChunks, kabs = start + key;
-      const bool valid = kabs < key_hi;
+      const bool valid = kabs >= key_lo && kabs < key_hi;
       const int64_t off =
           valid ? kb[key] + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
                 : 0;
@@ -363,11 +379,11 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
     // latency hides behind this stage. Slot (j + kStages) % kStages was last read when stage j
     // was issued, before this iteration's barrier.
-    const int nb_kabs = key_lo + (j + kStages) * kKeys + tid;
+    const int nb_kabs = first + (j + kStages) * kKeys + tid;
     const bool nb_do = tid < kKeys && nb_kabs < key_hi;
     const int32_t nb_block = nb_do ? table[nb_kabs >> p.log2_block_size] : 0;
 
-    const int start = key_lo + j * kKeys;
+    const int start = first + j * kKeys;
     const unsigned char* tk = s_kv + (j % kStages) * Cfg::kStageBytes + warp * 16 * kRowBytes;
     const unsigned char* tv = tk + kKeys * kRowBytes;
 
@@ -377,7 +393,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     decode::decode_qk<D, kRowBytes, kFp8, MmaT>(s, tk, lane, q_frag);
 
     // Scale (soft-cap) into base-2 logits; mask only stages not wholly visible to every row.
-    const bool full = start >= full_lo && start + kKeys <= full_hi;
+    const bool full = start >= key_lo && start >= full_lo && start + kKeys <= full_hi;
     // Uniform branches outside the element loops (inside, each element became its own basic
     // blocks).
     if (p.softcap > 0.0f) {
@@ -398,7 +414,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
         for (int e = 0; e < 4; ++e) {
           const int i = e / 2;
           const int key = start + warp * 16 + nt * 8 + (lane % 4) * 2 + (e % 2);
-          const bool ok = row_ok[i] && key < key_hi && key <= row_pos[i] &&
+          const bool ok = row_ok[i] && key >= key_lo && key < key_hi && key <= row_pos[i] &&
                           (window < 0 || key >= row_pos[i] - window);
           s[nt][e] = ok ? s[nt][e] : kNegInf;
         }

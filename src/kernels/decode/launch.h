@@ -48,8 +48,9 @@ int decode_cluster_capacity(int head_dim, DType q, DType kv);
 // p.trace (wide form only; a timing probe): kDecodeTraceSlots stamps per block at
 // trace[block * kDecodeTraceSlots + event]: %globaltimer ns at entry, after the first stages
 // are issued, when stage 0 has landed, after the last stage, before the cluster barrier, after
-// it, and at the end; then the SM id and the block's stage count.
-constexpr int kDecodeTraceSlots = 9;
+// it, and at the end; then the SM id and the block's stage count; then once the item has
+// loaded and once the request's lengths and first block-table entries have.
+constexpr int kDecodeTraceSlots = 11;
 
 // One block per work item (p.items[0, p.num_items)); each item covers all rows of its request
 // (row_begin 0, q_head = kv_head * group). Items with split >= 0 write p.partial_out /

@@ -592,8 +592,8 @@ void bench_published_shapes() {
   }
 }
 
-// Where the tp8 shard's pair launch spends its time: each row set cut at the cache block past
-// its middle, as three_path's add_decode_pairs cuts it, the halves a 2-CTA cluster, p.trace set
+// Where the tp8 shard's pair launch spends its time: each row set cut as three_path's
+// add_decode_pairs cuts it (decode_pair_cut), the halves a 2-CTA cluster, p.trace set
 // (launch.h's events). Launches run hot (back to back) and cold (each after a 256 MB memset, so
 // the L2 holds none of the items, tables or cache). Printed per cold launch: each event's time
 // after the launch's first block entry, over the blocks (min / median / max, us), and the
@@ -606,7 +606,7 @@ void trace_tp8_pairs() {
     GTEST_SKIP() << "the pair form needs sm_90 and 128/bf16";
   std::mt19937_64 rng(1);
   BenchInputs in(sh, rng);
-  const int mid = std::min(in.seq, (in.seq / 2 + bs - 1) / bs * bs);
+  const int mid = kernels::decode_pair_cut(in.seq, bs);
   std::vector<kernels::UnifiedWorkItem> items;
   for (int r = 0; r < sh.requests; ++r) {
     items.push_back({r, 0, 0, 0, 0, mid, 0, 0});
@@ -668,6 +668,7 @@ void trace_tp8_pairs() {
       spread(names[e], [&](int blk) { return (at(blk, e) - t0) / 1000.0; });
     spread("item", [&](int blk) { return (at(blk, 9) - t0) / 1000.0; });
     spread("lengths", [&](int blk) { return (at(blk, 10) - t0) / 1000.0; });
+    spread("prologue", [&](int blk) { return (at(blk, 11) - t0) / 1000.0; });
     spread("ramp", [&](int blk) { return (at(blk, 2) - at(blk, 0)) / 1000.0; });
     spread("stream", [&](int blk) { return (at(blk, 3) - at(blk, 2)) / 1000.0; });
     spread("GB/s", [&](int blk) {

@@ -263,10 +263,23 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       if (kabs >= key_lo && kabs < key_hi) s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
     }
   }
+  // A partial first stage's keys below key_lo are not copied at all (run o3's trace: zero-fill
+  // copies cost the ramp as much issue time as real ones): their scores are masked whatever K
+  // holds, and their V rows, which P = 0 still multiplies, are zeroed here, once (only stage 0,
+  // ring slot 0, has such keys).
+  {
+    const int below = min(key_lo - first, kKeys);
+    unsigned char* v0 = s_kv + kKeys * kRowBytes;
+    for (int idx = tid; idx < below * kChunks; idx += kThreads) {
+      *reinterpret_cast<uint4*>(v0 + (idx / kChunks) * kRowBytes + (idx % kChunks) * 16) =
+          make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
   __syncthreads();
+  stamp(11);
 
-  // Stage s -> ring slot s % kStages; keys outside [key_lo, key_hi) are zero-filled and never
-  // read from HBM.
+  // Stage s -> ring slot s % kStages; keys past key_hi are zero-filled and never read from HBM,
+  // keys below key_lo (stage 0 only) skipped.
   const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
   const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
   auto issue_stage = [&](int s) {
@@ -280,7 +293,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       const int idx = tid + i * kThreads;
       if (kTotal % kThreads != 0 && idx >= kTotal) break;
       const int key = idx / kChunks, c = idx % kChunks, kabs = start + key;
-      const bool valid = kabs >= key_lo && kabs < key_hi;
+      if (kabs < key_lo) continue;
+      const bool valid = kabs < key_hi;
       const int64_t off =
           valid ? kb[key] + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
                 : 0;

@@ -49,8 +49,20 @@ int decode_cluster_capacity(int head_dim, DType q, DType kv);
 // trace[block * kDecodeTraceSlots + event]: %globaltimer ns at entry, after the first stages
 // are issued, when stage 0 has landed, after the last stage, before the cluster barrier, after
 // it, and at the end; then the SM id and the block's stage count; then once the item has
-// loaded and once the request's lengths and first block-table entries have.
-constexpr int kDecodeTraceSlots = 11;
+// loaded, once the request's lengths and first block-table entries have, and after the
+// prologue's barrier (before the first stage copies).
+constexpr int kDecodeTraceSlots = 12;
+
+// Where a pair launch cuts a row set of `len` keys (cache blocks of `block_size`): rank 0 takes
+// [0, cut), rank 1 [cut, len). The cut sits at 33/64 of the keys, rounded up to a block: a
+// 2-CTA cluster's rank 1 runs on the odd SM of a TPC, whose stream measured 5-8% slower than
+// its even neighbour's in every trace (runs o2-o3: 2049 keys in 32.0 us against 2048 in 29.8),
+// so the even half takes the larger share.
+inline int decode_pair_cut(int len, int block_size) {
+  const long long cut = (static_cast<long long>(len) * 33 / 64 + block_size - 1) / block_size *
+                        block_size;
+  return static_cast<int>(cut < len ? cut : len);
+}
 
 // One block per work item (p.items[0, p.num_items)); each item covers all rows of its request
 // (row_begin 0, q_head = kv_head * group). Items with split >= 0 write p.partial_out /

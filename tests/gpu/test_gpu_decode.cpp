@@ -179,6 +179,14 @@ std::vector<DecodeCase> all_cases() {
     c.sinks = true;
     c.reqs = {{1, 4096}, {1, 5}, {1, 0}, {1, 1500}, {1, 77}};
     add(c, "tp8_like_sinks_splits8");
+    // Second splits of 257 / 264 / 265 / 2732 keys: their pair twins give rank 1 a tail of 1 and
+    // 8 keys, none at 9, none past a 44-key remainder (launch.h: decode_pair_tail).
+    c.splits = 2;
+    c.reqs = {{1, 384}, {1, 395}, {1, 396}, {1, 4096}};
+    add(c, "tails_sinks_splits2");
+    c.window = 300;
+    c.softcap = 30.0f;
+    add(c, "tails_window_softcap_splits2");
   }
   // Pair launches (the wide form) on every case with several splits that they are built for, cut in
   // two: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks, no LSE, f16, MTP
@@ -600,13 +608,13 @@ void bench_published_shapes() {
 // blocks' stream rates.
 void trace_tp8_pairs() {
   const BenchShape sh{"decode-4k tp8", 64, 4096, 8, 1, DType::kBF16};
-  constexpr int D = BenchInputs::D, bs = BenchInputs::bs;
+  constexpr int D = BenchInputs::D;
   if (!kernels::decode_cluster_built(D, DType::kBF16, DType::kBF16) ||
       build_info().gpu_compute_capability < 90)
     GTEST_SKIP() << "the pair form needs sm_90 and 128/bf16";
   std::mt19937_64 rng(1);
   BenchInputs in(sh, rng);
-  const int mid = kernels::decode_pair_cut(in.seq, bs);
+  const int mid = kernels::decode_pair_cut(in.seq);
   std::vector<kernels::UnifiedWorkItem> items;
   for (int r = 0; r < sh.requests; ++r) {
     items.push_back({r, 0, 0, 0, 0, mid, 0, 0});
@@ -711,6 +719,28 @@ TEST(GpuDecodeKernel, SupportsCheck) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
   check_supports();
+#endif
+}
+
+// Where pair launches cut a row set, and which remainder rank 1 keeps as its tail (host math,
+// no GPU needed): stage counts differ by at most one, rank 1 holding the larger.
+TEST(GpuDecodeKernel, PairCutAndTail) {
+#ifdef TRIPATH_WITH_CUDA
+  struct Case {
+    int len, cut, tail;
+  };
+  const Case cases[] = {{4097, 2048, 1}, {4096, 2048, 0}, {4104, 2048, 8}, {4105, 2048, 0},
+                        {4200, 2048, 0}, {4300, 2176, 0}, {4230, 2048, 6}, {258, 128, 2},
+                        {130, 128, 0},   {200, 128, 0},   {100, 0, 0},     {0, 0, 0}};
+  for (const Case& c : cases) {
+    const int cut = kernels::decode_pair_cut(c.len);
+    EXPECT_EQ(cut, c.cut) << "len " << c.len;
+    EXPECT_EQ(kernels::decode_pair_tail(cut, c.len), c.tail) << "len " << c.len;
+    const int stages0 = (cut + 127) / 128;
+    const int rest = c.len - cut - kernels::decode_pair_tail(cut, c.len);
+    const int stages1 = (rest + 127) / 128;
+    EXPECT_TRUE(stages1 == stages0 || stages1 == stages0 + 1) << "len " << c.len;
+  }
 #endif
 }
 

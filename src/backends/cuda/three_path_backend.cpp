@@ -374,10 +374,9 @@ class ThreePathBackend final : public CudaAttentionBackend {
                    kernels::decode_cluster_capacity(head_dim, DType::kF16, DType::kF16));
     }
     if (blocks > 2LL * cluster_capacity_) return false;
-    const int32_t bs = plan.block_size;
     for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i) {
       const int32_t len = plan.seq_len(i);
-      const int32_t mid = kernels::decode_pair_cut(len, bs);
+      const int32_t mid = kernels::decode_pair_cut(len);
       for (int g = 0; g < hkv; ++g) {
         items.push_back({i, g, g * group, 0, 0, mid, 0, 0});
         items.push_back({i, g, g * group, 0, mid, len, 1, 0});

@@ -172,6 +172,13 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   fp16* s_qh = reinterpret_cast<fp16*>(smem + Cfg::kOffQh);
   int64_t* s_kb = reinterpret_cast<int64_t*>(smem + Cfg::kOffKB);  // [kStages][kKeys]
   float* s_qmul = reinterpret_cast<float*>(smem + Cfg::kOffQmul);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr bool kPairs = kWide != 0;
+#else
+  constexpr bool kPairs = false;  // the host launches the wide form on sm_90 only
+#endif
+  [[maybe_unused]] uint32_t rank = 0;
+  if constexpr (kPairs) rank = cluster::ctarank();
 
   // Phase stamps (p.trace, the wide form only): thread 0 of each block.
   [[maybe_unused]] unsigned long long* trace = nullptr;
@@ -190,6 +197,18 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   stamp(9, it.request);
   const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+  // Rank 1 of a pair attends a remainder of <= 8 keys past whole stages as a tail
+  // (decode_pair_tail) instead of one more stage. It lives in rank 1's peer buffer, which only
+  // rank 0's receives pushes into: K rows 0..7, V rows 0..7, 8 zero rows, so the 16-key tile
+  // reads finite rows past the tail (their scores masked, their P zero).
+  static_assert(kWide == 0 || (kDecodePairTailKeys <= 8 && Cfg::kKeys == kDecodePairStageKeys &&
+                               24 * kRowBytes <= Cfg::kSmemPeer),
+                "the pair tail: 8 keys in the peer buffer, 128-key stages");
+  unsigned char* tail_k = smem + Cfg::kOffPeer;
+  auto tail_of = [&](int lo) {
+    return kPairs && rank == 1 ? decode_pair_tail(lo, it.kv_end) : 0;
+  };
+  int32_t tail_block = 0;  // the block of tail key tid / kChunks
   // Wide blocks without a window: the first stages' keys follow from kv_begin and kv_end alone,
   // so their block-table entries load now, beside the request's lengths, instead of after them
   // (one dependent global round trip fewer before the first K/V copy of the launch's one wave).
@@ -197,7 +216,9 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   int32_t pre_block[kPre];
   const bool early_table = kWide != 0 && p.window_left < 0;
   if (early_table) {
-    const int lo = max(0, it.kv_begin), first = stage_origin(lo, it.kv_end, kKeys);
+    const int lo = max(0, it.kv_begin), tail = tail_of(lo);
+    const int first = stage_origin(lo + tail, it.kv_end, kKeys);
+    if (tid / kChunks < tail) tail_block = load_global_pinned(table + ((lo + tid / kChunks) >> p.log2_block_size));
 #pragma unroll
     for (int i = 0; i < kPre; ++i) {
       const int idx = tid + i * kThreads, kabs = first + idx;
@@ -217,10 +238,14 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   const int window = p.window_left;
   const int key_lo = max(window >= 0 ? max(0, ctx + t_first - window) : 0, it.kv_begin);
   const int key_hi = min(ctx + t_last + 1, it.kv_end);
-  // Stages end at kv_end (stage_origin): a range that is not a whole number of stages starts
-  // with its partial stage, whose keys below key_lo are zero-filled and masked.
-  const int first = key_hi > key_lo ? stage_origin(key_lo, it.kv_end, kKeys) : key_lo;
-  const int num_stages = key_hi > key_lo ? (key_hi - first + kKeys - 1) / kKeys : 0;
+  // Rank 1's tail is [key_lo, main_lo); the stages cover [main_lo, key_hi) and end at kv_end
+  // (stage_origin): a range that is not a whole number of stages starts with its partial stage,
+  // whose keys below main_lo are skipped and masked.
+  const int tail = tail_of(key_lo), main_lo = key_lo + tail;
+  if (!early_table && tid / kChunks < tail)
+    tail_block = table[(key_lo + tid / kChunks) >> p.log2_block_size];
+  const int first = key_hi > main_lo ? stage_origin(main_lo, it.kv_end, kKeys) : main_lo;
+  const int num_stages = key_hi > main_lo ? (key_hi - first + kKeys - 1) / kKeys : 0;
   // Keys every row of the item sees: a stage inside [full_lo, full_hi) needs no mask.
   const int full_lo = window >= 0 ? ctx + t_last - window : 0;
   const int full_hi = min(key_hi, ctx + t_first + 1);
@@ -268,7 +293,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   // holds, and their V rows, which P = 0 still multiplies, are zeroed here, once (only stage 0,
   // ring slot 0, has such keys).
   {
-    const int below = min(key_lo - first, kKeys);
+    const int below = min(main_lo - first, kKeys);
     unsigned char* v0 = s_kv + kKeys * kRowBytes;
     for (int idx = tid; idx < below * kChunks; idx += kThreads) {
       *reinterpret_cast<uint4*>(v0 + (idx / kChunks) * kRowBytes + (idx % kChunks) * 16) =
@@ -293,7 +318,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       const int idx = tid + i * kThreads;
       if (kTotal % kThreads != 0 && idx >= kTotal) break;
       const int key = idx / kChunks, c = idx % kChunks, kabs = start + key;
-      if (kabs < key_lo) continue;
+      if (kabs < main_lo) continue;
       const bool valid = kabs < key_hi;
       const int64_t off =
           valid ? kb[key] + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
@@ -307,6 +332,23 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       }
     }
   };
+  // The tail: copied with stage 0; V rows past it zeroed (they meet P = 0).
+  if (tail > 0) {
+    const int key = tid / kChunks, c = tid % kChunks, kabs = key_lo + key;
+    if (key < tail) {
+      const bool valid = kabs < key_hi;
+      const int64_t off =
+          valid ? key_base(kabs, tail_block) +
+                      int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
+                : 0;
+      cp_async_16(tail_k + key * kRowBytes + c * 16, k_cache + off, valid);
+      cp_async_16(tail_k + (8 + key) * kRowBytes + c * 16, v_cache + off, valid);
+    }
+    for (int idx = tid; idx < (16 - tail) * kChunks; idx += kThreads) {
+      *reinterpret_cast<uint4*>(tail_k + (8 + tail + idx / kChunks) * kRowBytes +
+                                (idx % kChunks) * 16) = make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < num_stages) issue_stage(s);
@@ -384,30 +426,17 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
   float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
 
-  for (int j = 0; j < num_stages; ++j) {
-    cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies)
-    __syncthreads();               // everyone's copies; stage j - 1's slot is free again
-    if (j == 0) stamp(2);
-    if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
-    cp_async_commit();
-    // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
-    // latency hides behind this stage. Slot (j + kStages) % kStages was last read when stage j
-    // was issued, before this iteration's barrier.
-    const int nb_kabs = first + (j + kStages) * kKeys + tid;
-    const bool nb_do = tid < kKeys && nb_kabs < key_hi;
-    const int32_t nb_block = nb_do ? table[nb_kabs >> p.log2_block_size] : 0;
-
-    const int start = first + j * kKeys;
-    const unsigned char* tk = s_kv + (j % kStages) * Cfg::kStageBytes + warp * 16 * kRowBytes;
-    const unsigned char* tv = tk + kKeys * kRowBytes;
-
+  // This warp's 16 keys key0.. (K rows at tk, V rows at tv): scores, online softmax, O += P V.
+  // `full`: every key visible to every row (no mask); else keys outside [key_lo, lim) and the
+  // rows' causal / window limits are masked.
+  auto attend = [&](const unsigned char* tk, const unsigned char* tv, int key0, bool full,
+                    int lim) {
     float s[2][4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
     decode::decode_qk<D, kRowBytes, kFp8, MmaT>(s, tk, lane, q_frag);
 
     // Scale (soft-cap) into base-2 logits; mask only stages not wholly visible to every row.
-    const bool full = start >= key_lo && start >= full_lo && start + kKeys <= full_hi;
     // Uniform branches outside the element loops (inside, each element became its own basic
     // blocks).
     if (p.softcap > 0.0f) {
@@ -427,8 +456,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int i = e / 2;
-          const int key = start + warp * 16 + nt * 8 + (lane % 4) * 2 + (e % 2);
-          const bool ok = row_ok[i] && key >= key_lo && key < key_hi && key <= row_pos[i] &&
+          const int key = key0 + nt * 8 + (lane % 4) * 2 + (e % 2);
+          const bool ok = row_ok[i] && key >= key_lo && key < lim && key <= row_pos[i] &&
                           (window < 0 || key >= row_pos[i] - window);
           s[nt][e] = ok ? s[nt][e] : kNegInf;
         }
@@ -471,8 +500,34 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     const uint32_t a[4] = {pack2<MmaT>(s[0][0], s[0][1]), pack2<MmaT>(s[0][2], s[0][3]),
                            pack2<MmaT>(s[1][0], s[1][1]), pack2<MmaT>(s[1][2], s[1][3])};
     decode::decode_pv<D, kRowBytes, kFp8, MmaT>(o, a, tv, lane);
+  };
+
+  for (int j = 0; j < num_stages; ++j) {
+    cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies)
+    __syncthreads();               // everyone's copies; stage j - 1's slot is free again
+    if (j == 0) stamp(2);
+    if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
+    cp_async_commit();
+    // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
+    // latency hides behind this stage. Slot (j + kStages) % kStages was last read when stage j
+    // was issued, before this iteration's barrier.
+    const int nb_kabs = first + (j + kStages) * kKeys + tid;
+    const bool nb_do = tid < kKeys && nb_kabs < key_hi;
+    const int32_t nb_block = nb_do ? table[nb_kabs >> p.log2_block_size] : 0;
+
+    const int start = first + j * kKeys;
+    const unsigned char* tk = s_kv + (j % kStages) * Cfg::kStageBytes + warp * 16 * kRowBytes;
+    const unsigned char* tv = tk + kKeys * kRowBytes;
+    const bool full = start >= key_lo && start >= full_lo && start + kKeys <= full_hi;
+    attend(tk, tv, start + warp * 16, full, key_hi);
 
     if (nb_do) s_kb[((j + kStages) % kStages) * kKeys + tid] = key_base(nb_kabs, nb_block);
+  }
+  // Rank 1's tail (copied with stage 0): warp 0 attends it as one more 16-key tile.
+  if (tail > 0) {
+    cp_async_wait<0>();
+    __syncthreads();
+    if (warp == 0) attend(tail_k, tail_k + 8 * kRowBytes, key_lo, false, min(main_lo, key_hi));
   }
 
 #pragma unroll
@@ -519,16 +574,9 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   // Pair launches (the wide form; clusters of 2 on sm_90): rank 1 pushes its normalized rows and
   // LSEs into rank 0's peer buffers, rank 0 leaves its own in place (warp 0's combine rows, which
   // only this thread reads at (r, d)) and merges after the cluster barrier.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  constexpr bool kPairs = kWide != 0;
-#else
-  constexpr bool kPairs = false;  // the host launches the wide form on sm_90 only
-#endif
   [[maybe_unused]] float* peer_o = reinterpret_cast<float*>(smem + Cfg::kOffPeer);  // [16][D]
   [[maybe_unused]] float* peer_lse = peer_o + 16 * D;                               // [16]
   [[maybe_unused]] float* own_lse = peer_lse + 16;                                  // [16]
-  [[maybe_unused]] uint32_t rank = 0;
-  if constexpr (kPairs) rank = cluster::ctarank();
   for (int idx = tid; idx < 16 * (D / 4); idx += kThreads) {
     const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
     if (gr >= row_end) continue;

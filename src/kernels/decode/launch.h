@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "tripath/dtype.h"
+#include "common/kv_layout.h"  // TRIPATH_HD
 #include "unified/params.h"
 
 namespace tripath::kernels {
@@ -53,15 +54,31 @@ int decode_cluster_capacity(int head_dim, DType q, DType kv);
 // prologue's barrier (before the first stage copies).
 constexpr int kDecodeTraceSlots = 12;
 
-// Where a pair launch cuts a row set of `len` keys (cache blocks of `block_size`): rank 0 takes
-// [0, cut), rank 1 [cut, len). The cut sits at 33/64 of the keys, rounded up to a block: a
-// 2-CTA cluster's rank 1 runs on the odd SM of a TPC, whose stream measured 5-8% slower than
-// its even neighbour's in every trace (runs o2-o3: 2049 keys in 32.0 us against 2048 in 29.8),
-// so the even half takes the larger share.
-inline int decode_pair_cut(int len, int block_size) {
-  const long long cut = (static_cast<long long>(len) * 33 / 64 + block_size - 1) / block_size *
-                        block_size;
-  return static_cast<int>(cut < len ? cut : len);
+// Pair launches (the wide form: 8 warps x 16 keys = 128-key stages). A block's time is its
+// stage count, not its bytes: with every block's ring full the memory system is the limit and a
+// partial stage costs a whole round trip, wherever it sits (runs o2-o4: the half with 17
+// stages ended 1.3-1.7 us after the half with 16, whether its partial stage held 1 key or 64,
+// first or last). So rank 1 takes a remainder of up to kDecodePairTailKeys keys (the decode
+// token past a round context) as a tail beside its stages: copied at its first stage, attended
+// by one warp after its last (decode_split_kv.cuh).
+constexpr int kDecodePairStageKeys = 128;
+constexpr int kDecodePairTailKeys = 8;
+
+// Keys of [lo, end) that rank 1 attends as its tail (the rest fills whole stages): the
+// remainder past whole stages when it is at most kDecodePairTailKeys and a stage remains.
+TRIPATH_HD int decode_pair_tail(int lo, int end) {
+  const int keys = end - lo, rem = keys % kDecodePairStageKeys;
+  return keys > kDecodePairStageKeys && rem <= kDecodePairTailKeys ? rem : 0;
+}
+
+// Where a pair launch cuts a row set of `len` keys: rank 0 takes [0, cut), a whole number of
+// stages, rank 1 [cut, len). The stage counts differ by at most one, rank 1 (without the
+// merge) taking the larger; a remainder rank 1 can hold as its tail costs no stage.
+TRIPATH_HD int decode_pair_cut(int len) {
+  const int q = len / kDecodePairStageKeys, rem = len % kDecodePairStageKeys;
+  const int rounds = rem == 0 || (rem <= kDecodePairTailKeys && q >= 2) ? q : q + 1;
+  const int cut = rounds / 2 * kDecodePairStageKeys;
+  return cut < len ? cut : len;
 }
 
 // One block per work item (p.items[0, p.num_items)); each item covers all rows of its request

@@ -520,11 +520,15 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     const unsigned char* tv = tk + kKeys * kRowBytes;
     const bool full = start >= key_lo && start >= full_lo && start + kKeys <= full_hi;
     attend(tk, tv, start + warp * 16, full, key_hi);
+    // Rank 1's tail landed with stage 0: warp 0 attends it now, while the ring streams, not after
+    // the last stage (run o5's trace: rank 1 still ended its loop ~1 us after rank 0).
+    if (tail > 0 && j == 0 && warp == 0)
+      attend(tail_k, tail_k + 8 * kRowBytes, key_lo, false, min(main_lo, key_hi));
 
     if (nb_do) s_kb[((j + kStages) % kStages) * kKeys + tid] = key_base(nb_kabs, nb_block);
   }
-  // Rank 1's tail (copied with stage 0): warp 0 attends it as one more 16-key tile.
-  if (tail > 0) {
+  // A tail without stages (not met by pair cuts; kept exact): attended here.
+  if (tail > 0 && num_stages == 0) {
     cp_async_wait<0>();
     __syncthreads();
     if (warp == 0) attend(tail_k, tail_k + 8 * kRowBytes, key_lo, false, min(main_lo, key_hi));

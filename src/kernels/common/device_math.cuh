@@ -89,14 +89,9 @@ __device__ __forceinline__ int32_t load_global_pinned(const int32_t* p) {
   asm volatile("ld.global.nc.s32 %0, [%1];\n" : "=r"(v) : "l"(p));
   return v;
 }
-// Nanoseconds from the GPU's global timer (one clock for every SM; timing probes only).
-__device__ __forceinline__ unsigned long long global_timer_ns() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
-  return t;
-}
-// The same, read once `after` is available (the asm's input orders it after the load).
-__device__ __forceinline__ unsigned long long global_timer_ns_after(int after) {
+// Nanoseconds from the GPU's global timer (one clock for every SM; timing probes only), read
+// once `after` is available (the asm's input orders it after the load that produced it).
+__device__ __forceinline__ unsigned long long global_timer_ns(int after) {
   unsigned long long t;
   asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t) : "r"(after));
   return t;

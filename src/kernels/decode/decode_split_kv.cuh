@@ -100,10 +100,10 @@ struct DecodeConfig {
 };
 
 // First key of stage 0 for keys [lo, end): the stages end at `end`, so a range that is not a
-// whole number of kKeys-key stages starts with the partial one (at or below lo). Issued first, it
-// lands with the ramp; issued last (stages from lo), it was one more round trip through the
-// loaded memory system after the others (run o2's trace: the half with 2049 keys, 17 stages,
-// ended its stream 1.1-1.4 us after the half with 2048).
+// whole number of kKeys-key stages starts with the partial one (at or below lo). Written to take
+// the partial stage's round trip off the end; run o3 measured it no cheaper first than last (a
+// partial stage costs a round trip wherever it sits: launch.h's pair notes), and the figures
+// the same as stages from lo (decode-4k 139, decode-mixed 174, decode-long 523 us).
 __device__ __forceinline__ int stage_origin(int lo, int end, int keys) {
   return end - (end - lo + keys - 1) / keys * keys;
 }
@@ -187,7 +187,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   }
   auto stamp = [&](int event, int after = 0) {  // `after`: a value the stamp waits for
     if constexpr (kWide != 0) {
-      if (trace != nullptr) trace[event] = global_timer_ns_after(after);
+      if (trace != nullptr) trace[event] = global_timer_ns(after);
     }
   };
   stamp(0);
@@ -218,7 +218,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   if (early_table) {
     const int lo = max(0, it.kv_begin), tail = tail_of(lo);
     const int first = stage_origin(lo + tail, it.kv_end, kKeys);
-    if (tid / kChunks < tail) tail_block = load_global_pinned(table + ((lo + tid / kChunks) >> p.log2_block_size));
+    if (tid / kChunks < tail)
+      tail_block = load_global_pinned(table + ((lo + tid / kChunks) >> p.log2_block_size));
 #pragma unroll
     for (int i = 0; i < kPre; ++i) {
       const int idx = tid + i * kThreads, kabs = first + idx;
@@ -285,7 +286,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   } else {
     for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
       const int kabs = first + idx;  // stage idx / kKeys, key idx % kKeys
-      if (kabs >= key_lo && kabs < key_hi) s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
+      if (kabs >= key_lo && kabs < key_hi)
+        s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
     }
   }
   __syncthreads();
@@ -491,6 +493,11 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     decode::decode_pv<D, kRowBytes, kFp8, MmaT>(o, a, tv, lane);
   };
 
+  // Rank 1's tail as warp 0's one more 16-key tile (rows past it masked, their V rows zero).
+  auto attend_tail = [&] {
+    attend(tail_k, tail_k + 8 * kRowBytes, key_lo, false, min(main_lo, key_hi));
+  };
+
   for (int j = 0; j < num_stages; ++j) {
     cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies)
     __syncthreads();               // everyone's copies; stage j - 1's slot is free again
@@ -511,8 +518,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     attend(tk, tv, start + warp * 16, full, key_hi);
     // Rank 1's tail landed with stage 0: warp 0 attends it now, while the ring streams, not after
     // the last stage (run o5's trace: rank 1 still ended its loop ~1 us after rank 0).
-    if (tail > 0 && j == 0 && warp == 0)
-      attend(tail_k, tail_k + 8 * kRowBytes, key_lo, false, min(main_lo, key_hi));
+    if (tail > 0 && j == 0 && warp == 0) attend_tail();
 
     if (nb_do) s_kb[((j + kStages) % kStages) * kKeys + tid] = key_base(nb_kabs, nb_block);
   }
@@ -520,7 +526,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   if (tail > 0 && num_stages == 0) {
     cp_async_wait<0>();
     __syncthreads();
-    if (warp == 0) attend(tail_k, tail_k + 8 * kRowBytes, key_lo, false, min(main_lo, key_hi));
+    if (warp == 0) attend_tail();
   }
 
 #pragma unroll
@@ -547,7 +553,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
 #pragma unroll
     for (int tile = 0; tile < D / 8; ++tile) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) w_o[g * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
+      for (int e = 0; e < 2; ++e)
+        w_o[g * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
       if (high_rows) {
 #pragma unroll
         for (int e = 2; e < 4; ++e)

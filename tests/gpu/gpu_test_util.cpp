@@ -17,6 +17,11 @@ std::string gpu_unavailable_reason() {
 #endif
 }
 
+bool timing_enabled(const char* name) {
+  const char* env = std::getenv(name);
+  return env != nullptr && !std::string(env).empty() && std::string(env) != "0";
+}
+
 #ifdef TRIPATH_WITH_CUDA
 void DeviceMem::resize(size_t bytes) {
   if (bytes <= bytes_ && ptr_ != nullptr) return;
@@ -31,13 +36,15 @@ void DeviceMem::resize(size_t bytes) {
   bytes_ = bytes;
 }
 
-double median_launch_us(const std::function<void()>& launch, int warmup, int reps) {
+double median_launch_us(const std::function<void()>& launch, int warmup, int reps,
+                        const std::function<void()>& before) {
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   for (int i = 0; i < warmup; ++i) launch();
   std::vector<float> us;
   for (int i = 0; i < reps; ++i) {
+    if (before) before();
     cudaEventRecord(start);
     launch();
     cudaEventRecord(stop);

@@ -29,6 +29,9 @@ namespace tripath::gputest {
 
 std::string gpu_unavailable_reason();
 
+// True when the opt-in timing variable `name` is set, non-empty and not "0".
+bool timing_enabled(const char* name);
+
 #ifdef TRIPATH_WITH_CUDA
 
 #define TRIPATH_TEST_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr
@@ -63,7 +66,9 @@ class DeviceMem {
 
 // Median time in microseconds of `reps` runs of `launch` (work queued on the default stream),
 // each between two CUDA events, after `warmup` untimed runs: the opt-in timing tests' clock.
-double median_launch_us(const std::function<void()>& launch, int warmup = 3, int reps = 20);
+// `before`, when given, is queued ahead of each timed run, outside its events.
+double median_launch_us(const std::function<void()>& launch, int warmup = 3, int reps = 20,
+                        const std::function<void()>& before = {});
 
 #endif
 

@@ -543,6 +543,23 @@ void upload_step(const GpuCase& c, const HostStep& s, DeviceStep& d) {
   d.views = make_views(c, s, Device::kCUDA, d.kc.get(), d.vc.get(), d.q.get(), d.k.get(), d.v.get(),
                        d.out.get(), c.dtype, d.lse.get(), d.sinks.get());
 }
+
+// One backend->run captured from `stream` and instantiated; both destroyed with it.
+struct CapturedRun {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  ~CapturedRun() {
+    if (exec != nullptr) cudaGraphExecDestroy(exec);
+    if (graph != nullptr) cudaGraphDestroy(graph);
+  }
+};
+void capture_run(AttentionBackend& backend, const StepPlan& plan, Views& g, cudaStream_t stream,
+                 CapturedRun& out) {
+  TRIPATH_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  backend.run(plan, g.params, g.in);
+  TRIPATH_TEST_CUDA(cudaStreamEndCapture(stream, &out.graph));
+  TRIPATH_TEST_CUDA(cudaGraphInstantiate(&out.exec, out.graph, 0));
+}
 #endif
 
 class GpuBackendTest : public ::testing::TestWithParam<GpuCase> {};
@@ -660,17 +677,13 @@ TEST(GpuGraph, CaptureAndReplay) {
       TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
       const auto plain = out.download<uint16_t>(out_elems);
       TRIPATH_TEST_CUDA(cudaMemset(out.get(), 0xFF, out_elems * 2));
-      cudaGraph_t graph;
-      cudaGraphExec_t exec;
-      TRIPATH_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-      backend->run(s.plan, g.params, g.in);
-      TRIPATH_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
-      TRIPATH_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-      for (int rep = 0; rep < 3; ++rep) TRIPATH_TEST_CUDA(cudaGraphLaunch(exec, stream));
-      TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+      {
+        CapturedRun cap;
+        ASSERT_NO_FATAL_FAILURE(capture_run(*backend, s.plan, g, stream, cap));
+        for (int rep = 0; rep < 3; ++rep) TRIPATH_TEST_CUDA(cudaGraphLaunch(cap.exec, stream));
+        TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+      }
       EXPECT_EQ(out.download<uint16_t>(out_elems), plain);
-      cudaGraphExecDestroy(exec);
-      cudaGraphDestroy(graph);
       cudaStreamDestroy(stream);
     }
   }
@@ -714,18 +727,12 @@ TEST(GpuGraph, DecodePairsDropTheMergeLaunch) {
     }
     backend->prepare(s.plan, g.params, stream);
     TRIPATH_TEST_CUDA(cudaMemset(out.get(), 0xFF, out_elems * 2));
-    cudaGraph_t graph;
-    TRIPATH_TEST_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    backend->run(s.plan, g.params, g.in);
-    TRIPATH_TEST_CUDA(cudaStreamEndCapture(stream, &graph));
-    TRIPATH_TEST_CUDA(cudaGraphGetNodes(graph, nullptr, &nodes[cluster]));
-    cudaGraphExec_t exec;
-    TRIPATH_TEST_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    TRIPATH_TEST_CUDA(cudaGraphLaunch(exec, stream));
+    CapturedRun cap;
+    ASSERT_NO_FATAL_FAILURE(capture_run(*backend, s.plan, g, stream, cap));
+    TRIPATH_TEST_CUDA(cudaGraphGetNodes(cap.graph, nullptr, &nodes[cluster]));
+    TRIPATH_TEST_CUDA(cudaGraphLaunch(cap.exec, stream));
     TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
     results[cluster] = out.download<uint16_t>(out_elems);
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
   }
   cudaStreamDestroy(stream);
   EXPECT_EQ(nodes[1] + 1, nodes[0]) << "graph nodes with / without the cluster decode";

@@ -632,26 +632,12 @@ void trace_tp8_pairs() {
     EXPECT_EQ(kernels::launch_paged_decode(D, DType::kBF16, DType::kBF16, p, nullptr), cudaSuccess);
   };
   const double hot = median_launch_us(launch);
-  std::vector<float> cold;
-  cudaEvent_t a, b;
-  cudaEventCreate(&a);
-  cudaEventCreate(&b);
-  for (int i = 0; i < 20; ++i) {
-    cudaMemsetAsync(flush.get(), i, size_t(256) << 20);
-    cudaEventRecord(a);
-    launch();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0.0f;
-    cudaEventElapsedTime(&ms, a, b);
-    cold.push_back(ms * 1000.0f);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::sort(cold.begin(), cold.end());
+  int flushes = 0;
+  const double cold = median_launch_us(launch, 0, 20, [&] {
+    cudaMemsetAsync(flush.get(), flushes++, size_t(256) << 20);
+  });
   std::printf("tp8 pairs: %d blocks, hot %.2f us (%.3f TB/s), cold %.2f us (%.3f TB/s)\n", blocks,
-              hot, in.kv_bytes / hot / 1e6, cold[cold.size() / 2],
-              in.kv_bytes / cold[cold.size() / 2] / 1e6);
+              hot, in.kv_bytes / hot / 1e6, cold, in.kv_bytes / cold / 1e6);
   const char* names[] = {"entry", "issued", "landed", "loop end", "pushed", "synced", "end"};
   p.trace = static_cast<unsigned long long*>(d_trace.get());
   for (int rep = 0; rep < 6; ++rep) {
@@ -747,8 +733,7 @@ TEST(GpuDecodeKernel, PairCutAndTail) {
 // Opt-in timing (prints one line per shape and split target).
 TEST(GpuDecodeBench, PublishedShapes) {
   TRIPATH_REQUIRE_GPU();
-  const char* env = std::getenv("TRIPATH_DECODE_BENCH");
-  if (env == nullptr || std::string(env).empty() || std::string(env) == "0")
+  if (!timing_enabled("TRIPATH_DECODE_BENCH"))
     GTEST_SKIP() << "timing runs only with TRIPATH_DECODE_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   bench_published_shapes();
@@ -758,8 +743,7 @@ TEST(GpuDecodeBench, PublishedShapes) {
 // Opt-in phase trace of the tp8 pair launch (prints the phases' spread over the blocks).
 TEST(GpuDecodeBench, PairTrace) {
   TRIPATH_REQUIRE_GPU();
-  const char* env = std::getenv("TRIPATH_DECODE_BENCH");
-  if (env == nullptr || std::string(env).empty() || std::string(env) == "0")
+  if (!timing_enabled("TRIPATH_DECODE_BENCH"))
     GTEST_SKIP() << "timing runs only with TRIPATH_DECODE_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   trace_tp8_pairs();

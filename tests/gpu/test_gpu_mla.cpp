@@ -712,11 +712,6 @@ TEST(GpuMlaErrors, UnpreparedPlanHeadsAndDtypes) {
 #endif
 }
 
-bool mla_bench_enabled() {
-  const char* env = std::getenv("TRIPATH_MLA_BENCH");
-  return env != nullptr && !std::string(env).empty() && std::string(env) != "0";
-}
-
 #ifdef TRIPATH_WITH_CUDA
 // mla-decode-4k's decode step on the device for the opt-in timing tests: 64 requests x 4096 keys,
 // cache blocks of `block_size` keys (64 unless said), block tables shuffled over the pool (as a serving cache is), random bf16 data in
@@ -801,7 +796,7 @@ struct MlaTimingStep {
 // Prints both times and the bytes' rates.
 TEST(GpuMlaBench, PackedLoadsAlone) {
   TRIPATH_REQUIRE_GPU();
-  if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+  if (!timing_enabled("TRIPATH_MLA_BENCH")) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   MlaTimingStep step(16, 2, 16);
   // Medians of 20 launches after 3 warm-ups.
@@ -827,7 +822,7 @@ TEST(GpuMlaBench, PackedLoadsAlone) {
 // per SM; with 2 (the mla plan's cut) two waves. Prints each time and its microseconds per tile.
 TEST(GpuMlaBench, WgmmaParts) {
   TRIPATH_REQUIRE_GPU();
-  if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+  if (!timing_enabled("TRIPATH_MLA_BENCH")) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
   for (int splits : {1, 2}) {
@@ -861,7 +856,7 @@ TEST(GpuMlaBench, WgmmaParts) {
 // block at block 0 (tiles out of L2: what is left without HBM).
 TEST(GpuMlaBench, SeesawParts) {
   TRIPATH_REQUIRE_GPU();
-  if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+  if (!timing_enabled("TRIPATH_MLA_BENCH")) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
   using namespace kernels;
@@ -943,7 +938,7 @@ namespace {
 // for an m64nNk16).
 TEST(GpuMlaBench, WgmmaRates) {
   TRIPATH_REQUIRE_GPU();
-  if (!mla_bench_enabled()) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+  if (!timing_enabled("TRIPATH_MLA_BENCH")) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
   using namespace kernels;

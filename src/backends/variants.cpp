@@ -21,9 +21,9 @@ std::vector<VariantVariable> variant_variables() {
        "4: 128-key tiles, producer warpgroup, serial consumers; 5: 2 + ping-pong; 0: 64-key "
        "tiles, serial consumers; timing probes (wrong outputs): 6 math alone of 4, 7 loads "
        "alone of 4, 8 math alone of 5; 9 / 10: 4 / 5 with 2-CTA clusters sharing K/V tiles by "
-       "TMA multicast; 11 / 12: 4 / 5 in persistent CTAs (one per SM, looping over items); 13: 5 "
-       "with Q in registers for Q K^T",
-       13, 13, ""},
+       "TMA multicast; 11 / 12: 4 / 5 in persistent CTAs (one per SM, claiming items in list "
+       "order); 13: 5 with Q in registers for Q K^T; 14: 13 in persistent CTAs",
+       14, 13, ""},
       {"TRIPATH_EXTEND_GATHER", "three_path", "1: extend chunks gathered to contiguous blocks", 1,
        0, ""},
       {"TRIPATH_FUSE_COMPUTE", "three_path",

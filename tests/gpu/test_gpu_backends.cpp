@@ -49,7 +49,7 @@ struct GpuCase {
                                  // loop), 1 (pipelined consumers), 2 (also 128-key tiles,
                                  // producer warpgroup), 3 (ping-pong), 9 / 10
                                  // (4 / 5 in 2-CTA clusters sharing tiles by multicast), or
-                                 // 11 / 12 (4 / 5 in persistent CTAs)
+                                 // 11 / 12 / 14 (4 / 5 / 13 in persistent CTAs)
   std::vector<ReqShape> reqs;
 };
 
@@ -330,7 +330,7 @@ std::vector<GpuCase> all_cases() {
       c.reqs = {{2048, 0}, {1000, 1000}};
       c.name = "long_even_tiles_d64";
       tma.push_back(c);
-      for (int mode : {0, 1, 2, 3, 4, 5, 9, 10, 11, 12}) {
+      for (int mode : {0, 1, 2, 3, 4, 5, 9, 10, 11, 12, 14}) {
         for (GpuCase t : tma) {  // with the default TMA loads
           t.flash_overlap = mode;
           const char* prefix[] = {"serial_",
@@ -346,7 +346,8 @@ std::vector<GpuCase> all_cases() {
                                   "cluster_pingpong_",
                                   "persistent_",
                                   "persistent_pingpong_",
-                                  ""};
+                                  "",
+                                  "persistent_qreg_"};
           add(t, prefix[mode] + t.name);
         }
       }
@@ -382,11 +383,13 @@ std::vector<GpuCase> all_cases() {
           add(t, std::string(mode == 13 ? "tma_one_warp_" : "tma_one_warp_serial_") + t.name);
         }
       }
-      // The persistent modes (=11, =12: one CTA per SM looping over items, the stage ring and
+      // The persistent modes (=11, =12, =14: one CTA per SM claiming items, the stage ring and
       // the Q barriers carried from item to item) on ~400 items of uneven lengths (3 or more
       // per CTA on an H200), with the features, and gathered by cp.async.
-      for (int mode : {11, 12}) {
-        const std::string prefix = mode == 11 ? "persistent_" : "persistent_pingpong_";
+      for (int mode : {11, 12, 14}) {
+        const std::string prefix = mode == 11   ? "persistent_"
+                                   : mode == 12 ? "persistent_pingpong_"
+                                                : "persistent_qreg_";
         GpuCase t = base;
         t.flash_overlap = mode;
         t.hq = 16;
@@ -628,8 +631,11 @@ TEST_P(GpuBackendTest, MatchesReference) {
     }
     EXPECT_EQ(bad, 0);
   }
-  // Repeated runs are bitwise identical (no races, no order-dependent reductions).
+  // Repeated runs are bitwise identical (no races, no order-dependent reductions), and the
+  // second writes every output again (poisoned first: state a launch leaves behind, such as the
+  // persistent modes' item counters, must not make it skip work).
   const std::vector<uint16_t> first = out.download<uint16_t>(ref_out.size());
+  out.upload(poison_out);
   backend->run(s.plan, g.params, g.in);
   TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
   EXPECT_EQ(out.download<uint16_t>(ref_out.size()), first) << "second run differs";
@@ -644,9 +650,11 @@ TEST(GpuGraph, CaptureAndReplay) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
   // three_path_gather: three_path with its extend chunks gathered (the gather kernel captured);
-  // three_path_pdl: with TRIPATH_PDL=1 (programmatic edges in the graph).
-  for (const std::string name :
-       {"unified", "two_path", "three_path", "three_path_gather", "three_path_pdl"}) {
+  // three_path_pdl: with TRIPATH_PDL=1 (programmatic edges in the graph); three_path_persistent:
+  // TRIPATH_FLASH_OVERLAP=14 (persistent flash CTAs claiming items through counters the graph
+  // reuses on every replay).
+  for (const std::string name : {"unified", "two_path", "three_path", "three_path_gather",
+                                 "three_path_pdl", "three_path_persistent"}) {
     for (bool decode_only : {true, false}) {
       SCOPED_TRACE(name + (decode_only ? " decode" : " mixed"));
       GpuCase c;
@@ -657,10 +665,12 @@ TEST(GpuGraph, CaptureAndReplay) {
       std::unique_ptr<AttentionBackend> backend;
       {
         const bool gather = name == "three_path_gather", pdl = name == "three_path_pdl";
+        const bool persistent = name == "three_path_persistent";
         ScopedEnv env("TRIPATH_EXTEND_GATHER", gather ? "1" : "0");
         ScopedEnv pdl_env("TRIPATH_PDL", pdl ? "1" : "0");
-        ScopedEnv tma("TRIPATH_FLASH_TMA", nullptr), overlap("TRIPATH_FLASH_OVERLAP", nullptr);
-        backend = create_attention_backend(gather || pdl ? "three_path" : name);
+        ScopedEnv tma("TRIPATH_FLASH_TMA", nullptr);
+        ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", persistent ? "14" : nullptr);
+        backend = create_attention_backend(gather || pdl || persistent ? "three_path" : name);
       }
       HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache,
                              true, 1, build_info().gpu_sm_count, 7);
@@ -680,10 +690,14 @@ TEST(GpuGraph, CaptureAndReplay) {
       {
         CapturedRun cap;
         ASSERT_NO_FATAL_FAILURE(capture_run(*backend, s.plan, g, stream, cap));
-        for (int rep = 0; rep < 3; ++rep) TRIPATH_TEST_CUDA(cudaGraphLaunch(cap.exec, stream));
-        TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+        // Each replay writes the whole output (poisoned before every one).
+        for (int rep = 0; rep < 3; ++rep) {
+          TRIPATH_TEST_CUDA(cudaMemsetAsync(out.get(), 0xFF, out_elems * 2, stream));
+          TRIPATH_TEST_CUDA(cudaGraphLaunch(cap.exec, stream));
+          TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+          EXPECT_EQ(out.download<uint16_t>(out_elems), plain) << "replay " << rep;
+        }
       }
-      EXPECT_EQ(out.download<uint16_t>(out_elems), plain);
       cudaStreamDestroy(stream);
     }
   }
@@ -756,7 +770,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   };
   for (const Bad b :
        {Bad{"TRIPATH_FLASH_TMA", "yes"}, Bad{"TRIPATH_FLASH_TMA", "3"},
-        Bad{"TRIPATH_FLASH_OVERLAP", "14"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
+        Bad{"TRIPATH_FLASH_OVERLAP", "15"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
         Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
         Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}, Bad{"TRIPATH_FUSE_COMPUTE", "3"},
         Bad{"TRIPATH_FUSE_COMPUTE", "no"}, Bad{"TRIPATH_DECODE_CLUSTER", "2"}}) {

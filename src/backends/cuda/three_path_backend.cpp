@@ -85,9 +85,11 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     9.13 against 8.63 ms on prefill-8k); =11 / =12: =4 / =5 in persistent CTAs (one per
   //     SM, each looping over the items in a static snake order; the next item's loads run
   //     under the last tile: measured slower, prefill-8k 9.13 / 9.21 against 8.93 ms and the
-  //     mixed step 5.81 / 6.00 against 5.34, uneven items on a static schedule); =13 (the
-  //     default): =5 with Q in registers for S = Q K^T (RS wgmma) and rows keeping a stale
-  //     max (O rescaled only when a row's max grows by more than 2^8).
+  //     mixed step 5.81 / 6.00 against 5.34, uneven items on a static schedule; the CTAs now
+  //     claim items in list order instead); =13 (the default): =5 with Q in registers for
+  //     S = Q K^T (RS wgmma) and rows keeping a stale max (O rescaled only when a row's max
+  //     grows by more than 2^8); =14: =13 in persistent CTAs claiming items, Q's tile released
+  //     once it is in registers so the next item's Q and tiles load under the current one.
   //   TRIPATH_EXTEND_GATHER=1: extend chunks gathered to contiguous memory before attention.
   //   TRIPATH_EXTEND_GATHER defaults to 0 (off).
   //   TRIPATH_FUSE_COMPUTE (default 2): 1: prefill, the extend self-part and the first context
@@ -176,6 +178,12 @@ class ThreePathBackend final : public CudaAttentionBackend {
     decode_floats_ = decode_direct_ ? 0 : decode_splits_ * decode_rows_total_ * row_floats;
     const size_t total = decode_floats_ + 3 * extend_rows_total_ * row_floats;
     workspace_.ensure(std::max<size_t>(total, 1) * sizeof(float));
+    // The persistent flash modes' item counters: zeroed once here, and by the kernel's last CTA
+    // after every launch.
+    if (kernels::flash_mode_is_persistent(flash_mode_) && item_counter_.size() == 0) {
+      item_counter_.ensure(2 * sizeof(int32_t));
+      TRIPATH_CUDA_CHECK(cudaMemset(item_counter_.as<void>(), 0, 2 * sizeof(int32_t)));
+    }
     if (extend_gather_) {
       gather_bytes_ = gather_.prepare(plan, hkv, params.head_dim, arena);
       if (gather_bytes_ > 0) gather_workspace_.ensure(gather_bytes_);
@@ -264,6 +272,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
                                     p, stream);
       }
       if (flash && l.kind != Launch::kDecode) {
+        p.item_counter = item_counter_.as<int32_t>();
         TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(
             params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
@@ -476,6 +485,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   size_t items_offset_ = 0, token_parts_offset_ = 0;
   std::vector<Launch> launches_;
   DeviceBuffer workspace_;
+  DeviceBuffer item_counter_;  // the persistent flash modes' two counters (UnifiedParams)
   bool pdl_ = false;            // TRIPATH_PDL=1
   bool decode_cluster_ = true;  // TRIPATH_DECODE_CLUSTER=1
   bool decode_pairs_ = false;   // this plan has the 2-CTA cluster item set (add_decode_pairs)

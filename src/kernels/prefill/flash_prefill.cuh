@@ -85,15 +85,17 @@ struct FlashPrefillConfig {
   static_assert(kStages >= 2, "flash prefill: tiles do not fit shared memory");
   static constexpr uint32_t kBytesTiles = kBytesQ + kStages * (kBytesK + kBytesV);
   // + 1024: tiles start on a 1024-byte boundary (the swizzle period); then the mbarriers (K full,
-  // V full, K empty, V empty per stage; Q full, Q empty).
-  static constexpr size_t kSmemBytes = 1024 + kBytesTiles + 8 * (4 * kStages + 2);
+  // V full, K empty, V empty per stage; Q full, Q empty, item full) and two item slots.
+  static constexpr size_t kSmemBytes = 1024 + kBytesTiles + 8 * (4 * kStages + 3) + 8;
 };
 
-// kPersistent: at most one CTA per SM, each running the items blockIdx.x + n * gridDim.x in a
-// snake order (n odd: counted from the other end, which evens out the longest-first item list);
-// the stage ring and the Q barriers carry on from item to item, so the producer loads the next
-// item's Q and first tiles while the consumers finish the last tile and write their output,
-// which a fresh CTA per item leaves exposed (launch, Q load, first tile, epilogue).
+// kPersistent: at most one CTA per SM, each starting on item blockIdx.x and then claiming the
+// next unclaimed item of the list (p.item_counter; the first producer thread claims one item
+// ahead and hands each to the others through a shared-memory slot): the hardware's greedy
+// order, which a static schedule lost to on uneven items (run h2). The stage ring and the Q
+// barriers carry on from item to item, so the producer loads the next item's Q and first tiles
+// while the consumers finish the last tile and write their output, which a fresh CTA per item
+// leaves exposed (launch, Q load, first tile, epilogue).
 template <int D, int DV, typename T, bool kTma,
           FlashConsumerMode kMode = FlashConsumerMode::kSerial, bool kPersistent = false>
 __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(kMode)>::kThreads, 1)
@@ -104,7 +106,8 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
   constexpr bool kCluster = flash_mode_is_cluster(kMode);
   static_assert(!kCluster || kTma, "the cluster modes load by TMA");
   static_assert(!kPersistent || kMode == FlashConsumerMode::kWideSerial ||
-                    kMode == FlashConsumerMode::kWidePingPong,
+                    kMode == FlashConsumerMode::kWidePingPong ||
+                    kMode == FlashConsumerMode::kWidePingPongQReg,
                 "persistent CTAs: the wide serial and ping-pong loops");
   constexpr bool kMathOnly = kMode == FlashConsumerMode::kProbeMathOnly ||
                              kMode == FlashConsumerMode::kProbeMathOnlyWidePingPong;
@@ -140,19 +143,15 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
   uint64_t* v_empty = k_empty + kStages;                                  // [kStages]
   uint64_t* q_full = v_empty + kStages;
   uint64_t* q_empty = q_full + 1;  // kPersistent: the consumers are done reading Q
+  // kPersistent: item n's index (-1: none left) in item_slot[n % 2], posted on item_full.
+  uint64_t* item_full = q_empty + 1;
+  int32_t* item_slot = reinterpret_cast<int32_t*>(item_full + 1);
   const uint32_t aQ = raw_addr + pad;
   const uint32_t aK = aQ + Cfg::kBytesQ;
   const uint32_t aV = aK + kStages * Cfg::kBytesK;
 
   // The cluster modes pad the grid to an even size: the extra CTA has no rows and no tiles.
   const bool real = !kCluster || int(blockIdx.x) < p.num_items;
-  // The n-th item of this CTA (n = 0: blockIdx.x; past the list: -1).
-  auto item_index = [&](int n) {
-    if (!kPersistent) return n == 0 ? int(blockIdx.x) : -1;
-    const int g = int(gridDim.x), b = int(blockIdx.x);
-    const int idx = n * g + ((n & 1) ? g - 1 - b : b);
-    return idx < p.num_items ? idx : -1;
-  };
   UnifiedWorkItem it = p.items[real ? blockIdx.x : 0];
   const int tid = threadIdx.x;
   const int rpt = p.rows_per_token;
@@ -219,6 +218,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     }
     mbarrier::init(q_full, Cfg::kProducerThreads);
     mbarrier::init(q_empty, Cfg::kConsumerThreads);
+    if constexpr (kPersistent) mbarrier::init(item_full, 1);
     if constexpr (kCluster) cluster::fence_mbarrier_init();
   }
   if constexpr (kCluster) {
@@ -242,12 +242,27 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     const bool is_v = pt >= kHalf;
     const int ht = pt - (is_v ? kHalf : 0);  // thread in the half
     int g = 0;  // tiles this CTA put in the ring for its items before the current one
+    // kPersistent: producer thread 0 claims the item after the current one as the current one
+    // starts, so the atomic's round trip to L2 hides under the item's loads.
+    int claimed = -1;
     for (int n = 0;; ++n) {
       if (n > 0) {  // kPersistent: the next item, once the consumers are done with Q
-        const int idx = item_index(n);
+        // (q_empty also says the consumers have read item n - 2's slot, which n overwrites.)
+        mbarrier::wait(q_empty, (n - 1) & 1);
+        int idx;
+        if (pt == 0) {
+          idx = claimed < p.num_items ? claimed : -1;
+          item_slot[n & 1] = idx;
+          mbarrier::arrive(item_full);  // release: the slot before the arrival
+        } else {
+          mbarrier::wait(item_full, (n - 1) & 1);
+          idx = item_slot[n & 1];
+        }
         if (idx < 0) break;
         set_item(idx);
-        mbarrier::wait(q_empty, (n - 1) & 1);
+      }
+      if constexpr (kPersistent) {
+        if (pt == 0) claimed = int(gridDim.x) + atomicAdd(&p.item_counter[0], 1);
       }
       for (int idx = pt; idx < kM * kChunksQ; idx += Cfg::kProducerThreads) {
         const int r = idx / kChunksQ, c = idx % kChunksQ, gr = it.row_begin + r;
@@ -366,6 +381,17 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
       if (!kPersistent) break;
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // stay until this thread's copies land
+    if constexpr (kPersistent) {
+      // Every CTA's last claim precedes its count here, so the last CTA counted may zero both
+      // counters for the next launch (stream order makes the stores visible to it).
+      if (pt == 0) {
+        __threadfence();
+        if (atomicAdd(&p.item_counter[1], 1) == int(gridDim.x) - 1) {
+          atomicExch(&p.item_counter[0], 0);
+          atomicExch(&p.item_counter[1], 0);
+        }
+      }
+    }
     if constexpr (kCluster) cluster::sync();  // the consumers' matching sync is at the end
     return;
   }
@@ -523,10 +549,11 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
   };
   auto release_k = [&](int j) { release_tile(k_empty, j); };
   auto release_v = [&](int j) { release_tile(v_empty, j); };
-  // kPersistent: this thread's S GEMMs of the item are done with Q (the producer may load the
-  // next item's).
+  // kPersistent: this thread is done with the item's Q tile (the producer may load the next
+  // item's): with Q in registers (kEarlyQ) once they are loaded, else after its last S GEMM.
+  constexpr bool kEarlyQ = kPersistent && kQReg;
   auto release_q = [&] {
-    if constexpr (kPersistent) mbarrier::arrive(q_empty);
+    if constexpr (kPersistent && !kEarlyQ) mbarrier::arrive(q_empty);
   };
 
   float alpha[2];
@@ -536,8 +563,9 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     if (wg == 1) named_barrier_arrive(2, Cfg::kConsumerThreads);
   }
   for (int n = 0;; ++n) {
-    if (n > 0) {  // kPersistent: the next item
-      const int idx = item_index(n);
+    if (n > 0) {  // kPersistent: the next item, as the producer claimed it
+      mbarrier::wait(item_full, (n - 1) & 1);
+      const int idx = item_slot[n & 1];
       if (idx < 0) break;
       set_item(idx);
     }
@@ -545,6 +573,7 @@ __global__ void __launch_bounds__(FlashPrefillConfig<D, DV, flash_mode_is_wide(k
     mbarrier::wait(q_full, n & 1);
     wgmma::fence_proxy_async();  // Q: the producers' cp.async (generic-proxy) writes
     load_q_regs();
+    if constexpr (kEarlyQ) mbarrier::arrive(q_empty);  // release: after the ldmatrix reads
     if (num_tiles == 0) release_q();
     if constexpr (!kOverlap) {
       // In series: S, softmax, P V; the other warpgroup fills the tensor cores meanwhile.
@@ -738,6 +767,8 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
   // The overlapped loops: built for D = DV <= 128 only (D = 256 already runs out of registers,
   // and MLA's 192 / 128 keeps the measured loop).
   if constexpr (D == DV && D <= 128) {
+    // The persistent CTAs claim items through the caller's zeroed counters.
+    if (flash_mode_is_persistent(mode) && p.item_counter == nullptr) return cudaErrorInvalidValue;
     switch (mode) {
       case M::kOverlap:
         return launch_mode(std::integral_constant<M, M::kOverlap>{});
@@ -751,11 +782,15 @@ cudaError_t launch_flash_prefill_impl(const UnifiedParams& p, const FlashTensorM
         return launch_mode(std::integral_constant<M, M::kWidePingPongQReg>{});
       case M::kWideSerial:
         return launch_mode(std::integral_constant<M, M::kWideSerial>{});
-      // The persistent forms of kWideSerial / kWidePingPong (with or without tensor maps).
+      // The persistent forms of kWideSerial / kWidePingPong / kWidePingPongQReg (with or
+      // without tensor maps).
       case M::kWideSerialPersistent:
         return launch_mode_as(std::integral_constant<M, M::kWideSerial>{}, std::true_type{});
       case M::kWidePingPongPersistent:
         return launch_mode_as(std::integral_constant<M, M::kWidePingPong>{}, std::true_type{});
+      case M::kWidePingPongQRegPersistent:
+        return launch_mode_as(std::integral_constant<M, M::kWidePingPongQReg>{},
+                              std::true_type{});
       default:
         break;
     }

@@ -58,14 +58,26 @@ enum class FlashConsumerMode : int {
   kWidePingPongCluster = 10,
   // kWideSerial / kWidePingPong in persistent CTAs: one per SM, each looping over items, the
   // producer loading the next item's Q and tiles under the current item's last tile and output.
+  // A CTA starts on item blockIdx.x and then claims the next unclaimed one in list order
+  // (UnifiedParams::item_counter), the hardware's greedy order without a CTA launch per item.
   kWideSerialPersistent = 11,
   kWidePingPongPersistent = 12,
   // kWidePingPong with Q in registers for S = Q K^T (RS wgmma: Q loaded once per item by
   // ldmatrix; S's shared-memory reads are K alone, 64 instead of 96 bytes per clock), and rows
   // that keep a stale max up to 2^8 below the true one, so O is rescaled only on the tiles that
   // raise it by more (fewer instructions per tile: the loop runs at the H200's power cap).
-  kWidePingPongQReg = 13
+  kWidePingPongQReg = 13,
+  // kWidePingPongQReg in persistent CTAs. Q lives in registers, so its tile is free for the next
+  // item's Q as soon as an item's rows are loaded: the next item's Q and first tiles arrive while
+  // the current item runs, and only the epilogue separates two items.
+  kWidePingPongQRegPersistent = 14
 };
+// Modes whose CTAs loop over items (UnifiedParams::item_counter must be set).
+constexpr bool flash_mode_is_persistent(FlashConsumerMode m) {
+  return m == FlashConsumerMode::kWideSerialPersistent ||
+         m == FlashConsumerMode::kWidePingPongPersistent ||
+         m == FlashConsumerMode::kWidePingPongQRegPersistent;
+}
 // Modes whose CTAs run in 2-CTA clusters (launched on an even grid).
 constexpr bool flash_mode_is_cluster(FlashConsumerMode m) {
   return m == FlashConsumerMode::kWideSerialCluster || m == FlashConsumerMode::kWidePingPongCluster;
@@ -76,9 +88,7 @@ constexpr bool flash_mode_is_wide(FlashConsumerMode m) {
          m == FlashConsumerMode::kWidePingPong || m == FlashConsumerMode::kProbeMathOnly ||
          m == FlashConsumerMode::kProbeLoadsOnly ||
          m == FlashConsumerMode::kProbeMathOnlyWidePingPong || flash_mode_is_cluster(m) ||
-         m == FlashConsumerMode::kWideSerialPersistent ||
-         m == FlashConsumerMode::kWidePingPongPersistent ||
-         m == FlashConsumerMode::kWidePingPongQReg;
+         flash_mode_is_persistent(m) || m == FlashConsumerMode::kWidePingPongQReg;
 }
 
 template <int D, int DV, typename T>

@@ -57,6 +57,9 @@ struct UnifiedParams {
                                 // partial buffers, no merge launch)
   unsigned long long* trace;    // split-KV decode, wide form only: null, or kDecodeTraceSlots
                                 // stamps per block (decode/launch.h; a timing probe for tests)
+  int32_t* item_counter;        // the flash kernel's persistent modes: two ints, zero before the
+                                // launch (items claimed past the grid, CTAs finished); the last
+                                // CTA to finish zeroes them again for the next launch
 };
 
 // Tile shapes. kRows16: 16 packed rows per block and its four warps split the keys (decode:

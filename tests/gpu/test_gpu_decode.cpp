@@ -645,7 +645,8 @@ void trace_tp8_pairs() {
     if (rep < 3) cudaMemsetAsync(flush.get(), rep, size_t(256) << 20);
     launch();
     TRIPATH_TEST_CUDA(cudaDeviceSynchronize());
-    const auto t = d_trace.download<unsigned long long>(size_t(blocks) * kernels::kDecodeTraceSlots);
+    const auto t =
+        d_trace.download<unsigned long long>(size_t(blocks) * kernels::kDecodeTraceSlots);
     auto at = [&](int blk, int e) { return t[size_t(blk) * kernels::kDecodeTraceSlots + e]; };
     unsigned long long t0 = ~0ull;
     for (int blk = 0; blk < blocks; ++blk) t0 = std::min(t0, at(blk, 0));
@@ -722,9 +723,10 @@ TEST(GpuDecodeKernel, PairCutAndTail) {
     const int cut = kernels::decode_pair_cut(c.len);
     EXPECT_EQ(cut, c.cut) << "len " << c.len;
     EXPECT_EQ(kernels::decode_pair_tail(cut, c.len), c.tail) << "len " << c.len;
-    const int stages0 = (cut + 127) / 128;
+    constexpr int kStage = kernels::kDecodePairStageKeys;
+    const int stages0 = (cut + kStage - 1) / kStage;
     const int rest = c.len - cut - kernels::decode_pair_tail(cut, c.len);
-    const int stages1 = (rest + 127) / 128;
+    const int stages1 = (rest + kStage - 1) / kStage;
     EXPECT_TRUE(stages1 == stages0 || stages1 == stages0 + 1) << "len " << c.len;
   }
 #endif

@@ -796,7 +796,8 @@ struct MlaTimingStep {
 // Prints both times and the bytes' rates.
 TEST(GpuMlaBench, PackedLoadsAlone) {
   TRIPATH_REQUIRE_GPU();
-  if (!timing_enabled("TRIPATH_MLA_BENCH")) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+  if (!timing_enabled("TRIPATH_MLA_BENCH"))
+    GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   MlaTimingStep step(16, 2, 16);
   // Medians of 20 launches after 3 warm-ups.
@@ -822,7 +823,8 @@ TEST(GpuMlaBench, PackedLoadsAlone) {
 // per SM; with 2 (the mla plan's cut) two waves. Prints each time and its microseconds per tile.
 TEST(GpuMlaBench, WgmmaParts) {
   TRIPATH_REQUIRE_GPU();
-  if (!timing_enabled("TRIPATH_MLA_BENCH")) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+  if (!timing_enabled("TRIPATH_MLA_BENCH"))
+    GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
   for (int splits : {1, 2}) {
@@ -856,7 +858,8 @@ TEST(GpuMlaBench, WgmmaParts) {
 // block at block 0 (tiles out of L2: what is left without HBM).
 TEST(GpuMlaBench, SeesawParts) {
   TRIPATH_REQUIRE_GPU();
-  if (!timing_enabled("TRIPATH_MLA_BENCH")) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+  if (!timing_enabled("TRIPATH_MLA_BENCH"))
+    GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
   using namespace kernels;
@@ -938,7 +941,8 @@ namespace {
 // for an m64nNk16).
 TEST(GpuMlaBench, WgmmaRates) {
   TRIPATH_REQUIRE_GPU();
-  if (!timing_enabled("TRIPATH_MLA_BENCH")) GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
+  if (!timing_enabled("TRIPATH_MLA_BENCH"))
+    GTEST_SKIP() << "timing runs only with TRIPATH_MLA_BENCH=1";
 #ifdef TRIPATH_WITH_CUDA
   if (!kernels::mla_decode_wgmma_built()) GTEST_SKIP() << "built without sm_90a";
   using namespace kernels;

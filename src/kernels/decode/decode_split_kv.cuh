@@ -275,6 +275,10 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                            kPer) -
            int64_t(decode_phys_chunk(p.layout, 0, slot, kChunks)) * kPer;
   };
+  // Element offset of chunk c of key `kabs`, whose row starts at `base` (key_base).
+  auto chunk_offset = [&](int64_t base, int kabs, int c) -> int64_t {
+    return base + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer;
+  };
   if constexpr (kWide != 0) {
 #pragma unroll
     for (int i = 0; i < kPre; ++i) {
@@ -311,9 +315,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       if (kTotal % kThreads != 0 && idx >= kTotal) break;
       const int key = idx / kChunks, c = idx % kChunks, kabs = start + key;
       const bool valid = kabs >= main_lo && kabs < key_hi;
-      const int64_t off =
-          valid ? kb[key] + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
-                : 0;
+      const int64_t off = valid ? chunk_offset(kb[key], kabs, c) : 0;
       if constexpr (D * sizeof(KvT) >= 128) {
         cp_async_16_l2_128(dk + key * kRowBytes + c * 16, k_cache + off, valid);
         cp_async_16_l2_128(dv + key * kRowBytes + c * 16, v_cache + off, valid);
@@ -328,10 +330,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     const int key = tid / kChunks, c = tid % kChunks, kabs = key_lo + key;
     if (key < tail) {
       const bool valid = kabs < key_hi;
-      const int64_t off =
-          valid ? key_base(kabs, tail_block) +
-                      int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer
-                : 0;
+      const int64_t off = valid ? chunk_offset(key_base(kabs, tail_block), kabs, c) : 0;
       cp_async_16(tail_k + key * kRowBytes + c * 16, k_cache + off, valid);
       cp_async_16(tail_k + (8 + key) * kRowBytes + c * 16, v_cache + off, valid);
     }

@@ -59,8 +59,8 @@ constexpr int kDecodeTraceSlots = 12;
 // partial stage costs a whole round trip, wherever it sits (runs o2-o4: the half with 17
 // stages ended 1.3-1.7 us after the half with 16, whether its partial stage held 1 key or 64,
 // first or last). So rank 1 takes a remainder of up to kDecodePairTailKeys keys (the decode
-// token past a round context) as a tail beside its stages: copied at its first stage, attended
-// by one warp after its last (decode_split_kv.cuh).
+// token past a round context) as a tail beside its stages: copied and attended by one warp at
+// its first stage (decode_split_kv.cuh).
 constexpr int kDecodePairStageKeys = 128;
 constexpr int kDecodePairTailKeys = 8;
 

@@ -15,6 +15,7 @@
 
 #ifdef TRIPATH_WITH_CUDA
 #include "decode/launch.h"
+#include "prefill/launch.h"
 #endif
 
 namespace tripath::gputest {
@@ -756,6 +757,26 @@ TEST(GpuGraph, DecodePairsDropTheMergeLaunch) {
     if (!(std::fabs(a - b) <= 2e-2f * (1.0f + std::fabs(a)))) ++far;
   }
   EXPECT_EQ(far, 0) << "outputs apart between the two decode forms";
+#endif
+}
+
+// The flash kernel's persistent modes claim items through the caller's counters: without them
+// the launcher refuses before launching anything (host-side check, no GPU needed).
+TEST(GpuErrors, PersistentFlashNeedsItemCounter) {
+#ifdef TRIPATH_WITH_CUDA
+  if (!kernels::flash_prefill_built(128, DType::kBF16))
+    GTEST_SKIP() << "flash prefill 128/bf16 not built";
+  kernels::UnifiedParams p{};
+  p.num_items = 1;
+  for (auto mode : {kernels::FlashConsumerMode::kWideSerialPersistent,
+                    kernels::FlashConsumerMode::kWidePingPongPersistent,
+                    kernels::FlashConsumerMode::kWidePingPongQRegPersistent}) {
+    EXPECT_EQ(kernels::launch_flash_prefill(128, DType::kBF16, p, nullptr, mode, nullptr),
+              cudaErrorInvalidValue)
+        << "mode " << static_cast<int>(mode);
+  }
+#else
+  GTEST_SKIP() << "built without CUDA";
 #endif
 }
 

@@ -577,7 +577,9 @@ int run_bench(const std::vector<std::string>& args) {
   if (any_gpu_backend) {
     const GpuCeilings& c = gpu_ceilings();
     have_ceilings = true;
-    std::cerr << "ceilings: copy " << fixed(c.copy_tbps, 2) << " TB/s, read "
+    std::cerr << "ceilings: copy " << fixed(c.copy_tbps, 2) << " TB/s (kernel "
+              << fixed(c.copy_kernel_tbps, 2) << ", x4 kernel " << fixed(c.copy_x4_kernel_tbps, 2)
+              << ", cudaMemcpy " << fixed(c.copy_memcpy_tbps, 2) << "), read "
               << fixed(c.read_tbps, 2) << " TB/s, bf16 GEMM " << fixed(c.gemm_tflops, 0)
               << " TFLOP/s (" << c.gpu_name << ")" << std::endl;
   }
@@ -658,12 +660,17 @@ int run_bench(const std::vector<std::string>& args) {
                          {"memory_clock_max_mhz", c.memory_clock_mhz},
                          {"l2_bytes", c.l2_bytes},
                          {"copy_tbps", c.copy_tbps},
+                         {"copy_kernel_tbps", c.copy_kernel_tbps},
+                         {"copy_x4_kernel_tbps", c.copy_x4_kernel_tbps},
+                         {"copy_memcpy_tbps", c.copy_memcpy_tbps},
                          {"read_tbps", c.read_tbps},
                          {"gemm_bf16_tflops", c.gemm_tflops},
                          {"how",
-                          "copy: kernel copy of 4 GiB, bytes read + written; read: kernel "
-                          "reading 4 GiB with 16-byte loads; gemm: cuBLAS bf16 8192^3 on "
-                          "random data; medians of 10"}};
+                          "copy: 4 GiB, bytes read + written, the fastest of a kernel with "
+                          "one 16-byte load per thread in flight, one with four, and "
+                          "cudaMemcpyAsync; read: kernel reading 4 GiB with 16-byte loads, "
+                          "four in flight per thread; gemm: cuBLAS bf16 8192^3 on random data; "
+                          "medians of 10"}};
     }
     doc["entries"] = nlohmann::json::array();
     for (const Entry& e : entries) doc["entries"].push_back(entry_json(e));

@@ -38,14 +38,18 @@ std::vector<double> time_gpu_calls(const std::function<void(void* stream)>& call
                                    int repeats, bool use_graph, bool* graph_used);
 
 // The ceilings GPU figures are reported against, measured in the same run (shared/BENCH.md):
-// a kernel copy of 4 GiB (bytes read + written), a read-only kernel over 4 GiB with 16-byte
-// loads, and cuBLAS bf16 8192^3 on random data.
+// the copy of 4 GiB (bytes read + written; the fastest of a one-load-per-thread kernel, a
+// four-loads-in-flight kernel and cudaMemcpyAsync, each also kept), a read-only kernel over 4 GiB
+// with 16-byte loads (four in flight per thread), and cuBLAS bf16 8192^3 on random data.
 struct GpuCeilings {
   std::string gpu_name;
   int sm_clock_mhz = 0;  // max clocks the device reports
   int memory_clock_mhz = 0;
   size_t l2_bytes = 0;
-  double copy_tbps = 0.0;
+  double copy_tbps = 0.0;           // max of the three below: the copy ceiling
+  double copy_kernel_tbps = 0.0;    // one 16-byte load in flight per thread (the figure before)
+  double copy_x4_kernel_tbps = 0.0; // four in flight per thread
+  double copy_memcpy_tbps = 0.0;    // cudaMemcpyAsync device to device
   double read_tbps = 0.0;
   double gemm_tflops = 0.0;
 };

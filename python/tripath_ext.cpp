@@ -519,6 +519,14 @@ void bind(nb::module_& m) {
       .def_prop_ro("split_request", [](const StepPlan& p) { return numpy_copy(p.split_request); })
       .def_prop_ro("split_kv_start", [](const StepPlan& p) { return numpy_copy(p.split_kv_start); })
       .def_prop_ro("split_kv_len", [](const StepPlan& p) { return numpy_copy(p.split_kv_len); })
+      .def_prop_ro("num_segments", &StepPlan::num_segments)
+      .def_prop_ro("segment_cu_pieces",
+                   [](const StepPlan& p) { return numpy_copy(p.segment_cu_pieces); })
+      .def_prop_ro("decode_cu_pieces",
+                   [](const StepPlan& p) { return numpy_copy(p.decode_cu_pieces); })
+      .def_prop_ro("piece_request", [](const StepPlan& p) { return numpy_copy(p.piece_request); })
+      .def_prop_ro("piece_kv_start", [](const StepPlan& p) { return numpy_copy(p.piece_kv_start); })
+      .def_prop_ro("piece_kv_len", [](const StepPlan& p) { return numpy_copy(p.piece_kv_len); })
       .def(
           "seq_len",
           [](const StepPlan& p, int32_t i) {
@@ -543,7 +551,7 @@ void bind(nb::module_& m) {
       [](std::vector<int32_t> query_lens, std::vector<int32_t> context_lens,
          const BlockTableArray& block_table, int64_t num_cache_blocks, int block_size,
          int decode_threshold, int64_t extend_chunk_budget, int num_work_units, int num_kv_heads,
-         int min_split_tokens, int split_waves) {
+         int min_split_tokens, int split_waves, int decode_segments) {
         const size_t n = query_lens.size();
         if (block_table.shape(0) < n) {
           throw_arg_error("block_table",
@@ -564,12 +572,14 @@ void bind(nb::module_& m) {
         in.num_kv_heads = num_kv_heads;
         in.min_split_tokens = min_split_tokens;
         in.split_waves = split_waves;
+        in.decode_segments = decode_segments;
         nb::gil_scoped_release release;
         return plan_step(in);
       },
       "query_lens"_a, "context_lens"_a, "block_table"_a, "num_cache_blocks"_a, "block_size"_a = 16,
       "decode_threshold"_a = 1, "extend_chunk_budget"_a = 32768, "num_work_units"_a = 1,
       "num_kv_heads"_a = 1, "min_split_tokens"_a = 256, "split_waves"_a = 2,
+      "decode_segments"_a = 1,
       "Plans one step; block_table is a 2-D C-contiguous int32 array.");
 
   m.def(

@@ -30,6 +30,9 @@ struct StepInput {
   int num_kv_heads = 1;                 // independent decode work per split (one per KV head)
   int min_split_tokens = 256;           // a split is never shorter than this (merge overhead)
   int split_waves = 2;                  // decode slots per work unit (resident blocks per SM)
+  // Decode segments (StepPlan::segment_cu_pieces): 0 never, 1 where the planner's model
+  // predicts them faster than the uniform splits, 2 always (tests).
+  int decode_segments = 1;
 };
 
 // split_waves for the `mla` backend's steps: its decode kernels (mma.sync packed and wgmma) run
@@ -115,6 +118,24 @@ struct StepPlan {
   std::vector<int32_t> split_kv_len;      // [num_splits]
   int32_t num_splits() const { return static_cast<int32_t>(split_request.size()); }
 
+  // Decode segments: the balanced alternative to the splits above, for a kernel whose blocks
+  // each run a list of items (three_path's split-KV decode; other backends use the splits).
+  // The decode requests' keys, end to end, are cut into num_segments() runs of about equal
+  // length, the same cuts for every KV head; a piece is a request's keys between two cuts.
+  // Segment j owns pieces [segment_cu_pieces[j], segment_cu_pieces[j + 1]); piece q covers keys
+  // [piece_kv_start[q], + piece_kv_len[q]) of ordered request piece_request[q]; decode request
+  // d (counted from decode.begin) owns pieces [decode_cu_pieces[d], decode_cu_pieces[d + 1]),
+  // in key order. Empty unless the planner's model predicts them faster than the splits
+  // (src/plan/decode_segments.cpp).
+  std::vector<int32_t> segment_cu_pieces;  // [num_segments + 1], or empty
+  std::vector<int32_t> decode_cu_pieces;   // [decode.num_requests() + 1], or empty
+  std::vector<int32_t> piece_request;      // [num_pieces]
+  std::vector<int32_t> piece_kv_start;     // [num_pieces]
+  std::vector<int32_t> piece_kv_len;       // [num_pieces]
+  int32_t num_segments() const {
+    return segment_cu_pieces.empty() ? 0 : static_cast<int32_t>(segment_cu_pieces.size()) - 1;
+  }
+
   int32_t seq_len(int32_t i) const { return context_lens[i] + query_lens[i]; }
   const int32_t* block_row(int32_t i) const {
     return block_table.data() + static_cast<int64_t>(i) * max_blocks_per_request;
@@ -142,5 +163,15 @@ int32_t partition_extend_chunks(const std::vector<int32_t>& contexts, int64_t bu
 // Decode split length (multiple of align) for the given key counts; see decode_splits.cpp.
 int32_t choose_split_tokens(const std::vector<int32_t>& kv_lens, int num_work_units,
                             int num_kv_heads, int min_split_tokens, int split_waves, int align);
+// Decode segments (see decode_segments.cpp): kv_lens laid end to end and cut into num_segments
+// runs of about equal length, each cut aligned to `align` keys within its request and moved to
+// the request's edge when within `snap` keys of it. Fills cu_pieces [kv_lens.size() + 1] (request
+// r owns pieces [cu_pieces[r], cu_pieces[r + 1]), in key order), piece_start / piece_len (keys of
+// the request) and segment_cu [num_segments + 1] (segment j owns pieces [segment_cu[j],
+// segment_cu[j + 1])). A request of length <= 0 has no pieces.
+void partition_decode_segments(const std::vector<int32_t>& kv_lens, int num_segments, int align,
+                               int snap, std::vector<int32_t>& cu_pieces,
+                               std::vector<int32_t>& piece_start, std::vector<int32_t>& piece_len,
+                               std::vector<int32_t>& segment_cu);
 
 }  // namespace tripath

@@ -216,11 +216,13 @@ def tiled_chunk(chunk: int, row: int, chunks_per_row: int) -> int:
 def plan_step(query_lens: Sequence[int], context_lens: Sequence[int], block_table: Any,
               num_cache_blocks: int, block_size: int = 16, decode_threshold: int = 1,
               extend_chunk_budget: int = 32768, num_work_units: int = 1, num_kv_heads: int = 1,
-              min_split_tokens: int = 256, split_waves: int = 2) -> StepPlan:
+              min_split_tokens: int = 256, split_waves: int = 2,
+              decode_segments: int = 1) -> StepPlan:
     """Plans one step: classifies each request (decode ``query_len <= decode_threshold``;
     prefill ``context_len == 0``; extend otherwise), orders them stably
     ``[decode | extend | prefill]`` and builds cu_seqlens, the slot mapping, the extend context
-    chunk schedule and the decode split-KV partition.
+    chunk schedule and the decode split-KV partition (uniform splits, and, where the planner's
+    model prefers them or ``decode_segments=2``, decode segments: equal key runs per block).
 
     `block_table` is ``[num_requests, max_blocks]`` (array, or a list of rows, ragged rows
     padded); row r must hold ``ceil((context_len + query_len) / block_size)`` valid ids in
@@ -235,7 +237,7 @@ def plan_step(query_lens: Sequence[int], context_lens: Sequence[int], block_tabl
     bt = _block_table(block_table, len(q))
     return _C.plan_step(q.tolist(), c.tolist(), bt, int(num_cache_blocks), block_size,
                         decode_threshold, extend_chunk_budget, num_work_units, num_kv_heads,
-                        min_split_tokens, split_waves)
+                        min_split_tokens, split_waves, decode_segments)
 
 
 def ordered_inputs(plan: StepPlan, query_lens: Sequence[int], context_lens: Sequence[int],

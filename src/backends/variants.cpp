@@ -38,6 +38,11 @@ std::vector<VariantVariable> variant_variables() {
        "memory (no partials, no merge launch); 0: the planner's splits, partial states and the "
        "merge kernel",
        1, 1, ""},
+      {"TRIPATH_DECODE_SEGMENTS", "three_path",
+       "1: where the planner made decode segments (uneven contexts: equal key runs, one block "
+       "per run and KV head streaming a list of pieces), the split-KV kernel runs them; 0: the "
+       "planner's uniform splits always",
+       1, 1, ""},
       {"TRIPATH_PDL", "three_path, mla",
        "1: decode kernels and their merge launched as programmatic dependents (they start while "
        "the kernel before them ends)",

@@ -17,17 +17,12 @@
 #include <functional>
 #include <queue>
 
+#include "decode_cost.h"
 #include "tripath/error.h"
 #include "tripath/step_plan.h"
 
 namespace tripath {
 namespace {
-
-// Per-item cost beyond its keys, in key-equivalents: about one pipeline stage of the decode
-// kernel of fill, plus the partial output and its merge. Measured, not derived: at 128 the model
-// kept decode-mixed at S = 4080 (400 items: 190 us on the H200) over S = 1168 (1124 items: 174
-// us, run g1); 64 ranks them as measured and leaves the uniform shapes' choices unchanged.
-constexpr int64_t kItemOverheadKeys = 64;
 // Finer splits than this many items per slot are not considered (merge traffic, plan time).
 constexpr int64_t kMaxItemsPerSlot = 16;
 
@@ -39,11 +34,14 @@ int64_t work_items(const std::vector<int32_t>& kv_lens, int64_t split, int num_k
   return items * num_kv_heads;
 }
 
-// Greedy longest-first makespan of the items of split length s on `slots` slots. Full splits
-// (all of cost s + overhead) come first and fill the slots round robin; then each request's
-// remainder (one per KV head), longest first, goes to the least-loaded slot.
-int64_t makespan(const std::vector<int32_t>& kv_lens, int64_t s, int num_kv_heads,
-                 int64_t slots) {
+}  // namespace
+
+namespace plan_detail {
+
+// Full splits (all of cost s + overhead) come first and fill the slots round robin; then each
+// request's remainder (one per KV head), longest first, goes to the least-loaded slot.
+int64_t split_makespan(const std::vector<int32_t>& kv_lens, int64_t s, int num_kv_heads,
+                       int64_t slots) {
   int64_t full = 0;
   std::vector<int64_t> rest;
   for (int32_t len : kv_lens) {
@@ -77,7 +75,10 @@ int64_t makespan(const std::vector<int32_t>& kv_lens, int64_t s, int num_kv_head
   return end;
 }
 
-}  // namespace
+}  // namespace plan_detail
+
+using plan_detail::kItemOverheadKeys;
+using plan_detail::split_makespan;
 
 int32_t choose_split_tokens(const std::vector<int32_t>& kv_lens, int num_work_units,
                             int num_kv_heads, int min_split_tokens, int split_waves, int align) {
@@ -99,7 +100,7 @@ int32_t choose_split_tokens(const std::vector<int32_t>& kv_lens, int num_work_un
   int64_t total_keys = 0;
   for (int32_t len : kv_lens) total_keys += std::max(len, 0);
   total_keys *= num_kv_heads;
-  int64_t best = hi, best_time = makespan(kv_lens, hi, num_kv_heads, slots);
+  int64_t best = hi, best_time = split_makespan(kv_lens, hi, num_kv_heads, slots);
   int64_t prev = hi;
   for (int64_t k = 2;; k = k < 32 ? k + 1 : k + k / 8) {
     const int64_t s = std::max(lo, round_up((longest + k - 1) / k, align));
@@ -114,7 +115,7 @@ int32_t choose_split_tokens(const std::vector<int32_t>& kv_lens, int num_work_un
       // the lower bound (even spread, or the longest item) rules most candidates out unsimulated.
       const int64_t bound = std::max(even, std::min<int64_t>(s, longest) + kItemOverheadKeys);
       if (bound * 50 < best_time * 49) {
-        const int64_t t = makespan(kv_lens, s, num_kv_heads, slots);
+        const int64_t t = split_makespan(kv_lens, s, num_kv_heads, slots);
         if (t * 50 < best_time * 49) best = s, best_time = t;
       }
     }

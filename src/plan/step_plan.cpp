@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "decode_cost.h"
 #include "tripath/error.h"
 
 namespace tripath {
@@ -34,6 +35,8 @@ void validate(const StepInput& in) {
                     "a power of two in [1, 256]");
   TRIPATH_CHECK_ARG(in.decode_threshold >= 1, "decode_threshold", in.decode_threshold,
                     "at least 1");
+  TRIPATH_CHECK_ARG(in.decode_segments >= 0 && in.decode_segments <= 2, "decode_segments",
+                    in.decode_segments, "0 (never), 1 (where predicted faster) or 2 (always)");
   TRIPATH_CHECK_ARG(in.extend_chunk_budget >= 1, "extend_chunk_budget", in.extend_chunk_budget,
                     "at least 1 token");
   int64_t tokens = 0;
@@ -94,6 +97,55 @@ void use_input_layout(const StepInput& in, StepPlan& p) {
       p.slot_mapping[p.cu_seqlens_q[r] + t] = static_cast<int64_t>(dst[pos / bs]) * bs + pos % bs;
     }
   }
+}
+
+// Decode segments (decode_segments.cpp) where the cost model of decode_cost.h predicts them
+// faster than the splits by more than its 2% margin: the longest segment, each piece charged
+// one item overhead, against the splits' greedy makespan; each side pays the merge launch when
+// a request has several parts. One segment per slot per KV head, so the launch is one wave.
+void plan_decode_segments(const StepInput& in, StepPlan& p) {
+  using plan_detail::kItemOverheadKeys;
+  using plan_detail::kMergeKeys;
+  const int32_t nd = p.decode.num_requests();
+  const int64_t slots = static_cast<int64_t>(in.num_work_units) * in.split_waves;
+  const int64_t segments = std::min<int64_t>(slots / in.num_kv_heads, 1 << 20);
+  if (in.decode_segments == 0 || p.num_splits() == 0 || segments < 2) return;
+  std::vector<int32_t> lens(static_cast<size_t>(nd));
+  for (int32_t d = 0; d < nd; ++d) {
+    const int32_t i = p.decode.begin + d;
+    lens[d] = p.query_lens[i] > 0 ? p.seq_len(i) : 0;
+  }
+  std::vector<int32_t> cu, starts, piece_lens, segment_cu;
+  partition_decode_segments(lens, static_cast<int>(segments), p.block_size,
+                            static_cast<int>(kItemOverheadKeys), cu, starts, piece_lens,
+                            segment_cu);
+  if (in.decode_segments == 1) {
+    int64_t seg_time = 0;
+    for (int64_t j = 0; j < segments; ++j) {
+      int64_t t = 0;
+      for (int32_t q = segment_cu[j]; q < segment_cu[j + 1]; ++q)
+        t += piece_lens[q] + kItemOverheadKeys;
+      seg_time = std::max(seg_time, t);
+    }
+    bool seg_merge = false, split_merge = false;
+    for (int32_t d = 0; d < nd; ++d) {
+      seg_merge = seg_merge || cu[d + 1] - cu[d] > 1;
+      split_merge = split_merge || p.decode_cu_splits[d + 1] - p.decode_cu_splits[d] > 1;
+    }
+    seg_time += seg_merge ? kMergeKeys : 0;
+    const int64_t split_time =
+        plan_detail::split_makespan(lens, p.split_tokens, in.num_kv_heads, slots) +
+        (split_merge ? kMergeKeys : 0);
+    if (seg_time * 50 >= split_time * 49) return;
+  }
+  p.segment_cu_pieces = std::move(segment_cu);
+  p.decode_cu_pieces = std::move(cu);
+  p.piece_kv_start = std::move(starts);
+  p.piece_kv_len = std::move(piece_lens);
+  p.piece_request.resize(p.piece_kv_start.size());
+  for (int32_t d = 0; d < nd; ++d)
+    for (int32_t q = p.decode_cu_pieces[d]; q < p.decode_cu_pieces[d + 1]; ++q)
+      p.piece_request[q] = p.decode.begin + d;
 }
 
 }  // namespace
@@ -203,6 +255,7 @@ StepPlan plan_step(const StepInput& in) {
     }
     p.decode_cu_splits[d + 1] = p.num_splits();
   }
+  plan_decode_segments(in, p);
   if (!p.is_ordered) use_input_layout(in, p);
   return p;
 }

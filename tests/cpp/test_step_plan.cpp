@@ -313,6 +313,59 @@ TEST(DecodeSplitTokens, NearTheBestMakespan) {
   }
 }
 
+// Cuts near k / 4 of the 8030 keys: 2008 -> key 976 of request 2 (aligned to 16), 4015 -> its
+// key 2992, 6023 -> its key 4993, within the snap of its end, so the end (request 3 whole).
+TEST(DecodeSegments, PartitionByHand) {
+  std::vector<int32_t> cu, start, len, seg;
+  tripath::partition_decode_segments({1000, 30, 5000, 2000}, 4, 16, 64, cu, start, len, seg);
+  EXPECT_EQ(cu, (std::vector<int32_t>{0, 1, 2, 5, 6}));
+  EXPECT_EQ(start, (std::vector<int32_t>{0, 0, 0, 976, 2992, 0}));
+  EXPECT_EQ(len, (std::vector<int32_t>{1000, 30, 976, 2016, 2008, 2000}));
+  EXPECT_EQ(seg, (std::vector<int32_t>{0, 3, 4, 5, 6}));
+  // Empty requests own no pieces; more segments than keys leave some segments empty.
+  tripath::partition_decode_segments({0, 40, 0}, 8, 16, 64, cu, start, len, seg);
+  EXPECT_EQ(cu, (std::vector<int32_t>{0, 0, 1, 1}));
+  EXPECT_EQ(len, (std::vector<int32_t>{40}));
+  EXPECT_EQ(seg.front(), 0);
+  EXPECT_EQ(seg.back(), 1);
+  EXPECT_TRIPATH_ERROR(tripath::partition_decode_segments({10}, 0, 16, 64, cu, start, len, seg),
+                       "num_segments");
+  EXPECT_TRIPATH_ERROR(tripath::partition_decode_segments({10}, 2, 0, 64, cu, start, len, seg),
+                       "align");
+}
+
+// The planner takes segments where its model says uniform splits leave slots idle: on
+// decode-mixed's contexts (132 SMs, 4 KV heads) and decode-long's, one segment per slot and
+// head (66); not on decode-4k (one split per request already fills the slots, no merge) nor
+// on the 8-way shard's decode-4k; never with decode_segments = 0.
+TEST(DecodeSegments, PlannedForUnevenBenchShapes) {
+  auto plan = [](std::vector<int32_t> contexts, int heads, int mode) {
+    OwnedStep s = make_step(std::vector<int32_t>(contexts.size(), 1), contexts, 16, 8200);
+    s.table.assign(contexts.size() * 8200, 0);
+    s.in.block_table = s.table.data();
+    s.in.num_work_units = 132;
+    s.in.num_kv_heads = heads;
+    s.in.decode_segments = mode;
+    return tripath::plan_step(s.in);
+  };
+  std::mt19937_64 rng(0);  // decode-mixed's draw (tripath bench, seed 0)
+  std::uniform_int_distribution<int> ctx(1024, 8192);
+  std::vector<int32_t> mixed(64);
+  for (int32_t& c : mixed) c = ctx(rng);
+  const StepPlan m = plan(mixed, 4, 1);
+  ASSERT_EQ(m.num_segments(), 66);
+  int32_t most = 0;
+  for (int32_t d = 0; d < 64; ++d)
+    most = std::max(most, m.decode_cu_pieces[d + 1] - m.decode_cu_pieces[d]);
+  EXPECT_LE(most, 3);
+  EXPECT_LT(m.piece_request.size(), 64u * 3);
+  EXPECT_EQ(plan(mixed, 4, 0).num_segments(), 0);
+  EXPECT_EQ(plan(std::vector<int32_t>(8, 131072), 4, 1).num_segments(), 66);
+  EXPECT_EQ(plan(std::vector<int32_t>(64, 4096), 4, 1).num_segments(), 0);
+  EXPECT_EQ(plan(std::vector<int32_t>(64, 4096), 1, 1).num_segments(), 0);
+  EXPECT_EQ(plan(std::vector<int32_t>(64, 4096), 4, 2).num_segments(), 66);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad inputs
 
@@ -356,6 +409,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadStepCase{"MismatchedLens", [](OwnedStep& s) { s.in.context_lens.pop_back(); }, "_lens"},
         BadStepCase{"DecodeThresholdZero", [](OwnedStep& s) { s.in.decode_threshold = 0; },
                     "decode_threshold"},
+        BadStepCase{"DecodeSegmentsThree", [](OwnedStep& s) { s.in.decode_segments = 3; },
+                    "decode_segments"},
         BadStepCase{"BudgetZero", [](OwnedStep& s) { s.in.extend_chunk_budget = 0; },
                     "extend_chunk_budget"},
         BadStepCase{"BudgetNegative", [](OwnedStep& s) { s.in.extend_chunk_budget = -5; },

@@ -3,6 +3,9 @@
 // table rows, slot mapping), path ranges, the extend chunk schedule and the decode split-KV
 // partition over the ordered batch; the ordered_input round trip (same ranges, chunks and
 // splits; layout permuted by order).
+#include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -64,6 +67,7 @@ RandomStep random_step(std::mt19937_64& rng) {
   s.in.num_kv_heads = rand_int(rng, 1, 8);
   s.in.min_split_tokens = rand_int(rng, 1, 300);
   s.in.split_waves = rand_int(rng, 1, 3);
+  s.in.decode_segments = rand_int(rng, 0, 2);
   return s;
 }
 
@@ -264,6 +268,60 @@ void check_plan(const StepInput& in, const StepPlan& p) {
     }
     ASSERT_EQ(next, seq) << "splits do not cover the request's keys";
   }
+
+  // Decode segments: none when off or without decode splits; when forced, one per slot per
+  // KV head; the pieces of each request tile its keys in order (block-aligned cuts inside it),
+  // each segment owns a run of consecutive pieces, and a segment's keys stay within a snap and
+  // an alignment of the even share where no request is shorter than that.
+  const int32_t segs = p.num_segments();
+  if (in.decode_segments == 0 || p.num_splits() == 0) {
+    ASSERT_EQ(segs, 0);
+    ASSERT_TRUE(p.decode_cu_pieces.empty() && p.piece_request.empty());
+    return;
+  }
+  const int64_t slots = int64_t(in.num_work_units) * in.split_waves;
+  if (in.decode_segments == 2 && slots / in.num_kv_heads >= 2) {
+    ASSERT_EQ(segs, slots / in.num_kv_heads);
+  }
+  if (segs == 0) return;
+  ASSERT_EQ(p.decode_cu_pieces.size(), static_cast<size_t>(nd + 1));
+  ASSERT_EQ(p.decode_cu_pieces[0], 0);
+  const size_t pieces = p.piece_request.size();
+  ASSERT_EQ(p.piece_kv_start.size(), pieces);
+  ASSERT_EQ(p.piece_kv_len.size(), pieces);
+  ASSERT_EQ(static_cast<size_t>(p.decode_cu_pieces[nd]), pieces);
+  ASSERT_EQ(p.segment_cu_pieces.front(), 0);
+  ASSERT_EQ(static_cast<size_t>(p.segment_cu_pieces.back()), pieces);
+  for (int32_t j = 0; j < segs; ++j) ASSERT_LE(p.segment_cu_pieces[j], p.segment_cu_pieces[j + 1]);
+  int64_t dec_total = 0;
+  for (int32_t d = 0; d < nd; ++d) {
+    const int32_t i = p.decode.begin + d;
+    const int32_t len = oq(i) > 0 ? oseq(i) : 0;
+    dec_total += len;
+    int32_t next = 0;
+    for (int32_t q = p.decode_cu_pieces[d]; q < p.decode_cu_pieces[d + 1]; ++q) {
+      ASSERT_EQ(p.piece_request[q], i);
+      ASSERT_EQ(p.piece_kv_start[q], next) << "pieces not contiguous";
+      ASSERT_GT(p.piece_kv_len[q], 0);
+      ASSERT_EQ(next % bs, 0) << "a cut off the block grid";
+      next += p.piece_kv_len[q];
+    }
+    ASSERT_EQ(next, len) << "pieces do not cover decode request " << d;
+  }
+  int32_t shortest = INT32_MAX;
+  for (int32_t d = 0; d < nd; ++d) {
+    const int32_t i = p.decode.begin + d;
+    if (oq(i) > 0) shortest = std::min(shortest, oseq(i));
+  }
+  const int64_t slack = 64 + bs;  // the snap and the alignment, at each end
+  if (shortest >= 4 * slack && dec_total / segs >= 4 * slack) {
+    for (int32_t j = 0; j < segs; ++j) {
+      int64_t keys = 0;
+      for (int32_t q = p.segment_cu_pieces[j]; q < p.segment_cu_pieces[j + 1]; ++q)
+        keys += p.piece_kv_len[q];
+      ASSERT_LE(std::llabs(keys - dec_total / segs), 2 * slack + 1) << "segment " << j;
+    }
+  }
 }
 
 // `a` is any plan of a step and `b` the plan of the same step laid out by ordered_input:
@@ -323,6 +381,11 @@ void check_same_paths(const StepPlan& a, const StepPlan& b) {
   EXPECT_EQ(a.split_request, b.split_request);
   EXPECT_EQ(a.split_kv_start, b.split_kv_start);
   EXPECT_EQ(a.split_kv_len, b.split_kv_len);
+  EXPECT_EQ(a.segment_cu_pieces, b.segment_cu_pieces);
+  EXPECT_EQ(a.decode_cu_pieces, b.decode_cu_pieces);
+  EXPECT_EQ(a.piece_request, b.piece_request);
+  EXPECT_EQ(a.piece_kv_start, b.piece_kv_start);
+  EXPECT_EQ(a.piece_kv_len, b.piece_kv_len);
 }
 
 class PlanProperties : public ::testing::TestWithParam<uint64_t> {};

@@ -78,7 +78,7 @@ std::vector<float> widen(const std::vector<uint16_t>& bits, DType dtype) {
 void plan_shuffled_step(const std::vector<ReqShape>& reqs, int block_size, int decode_threshold,
                         int64_t extend_chunk_budget, int num_work_units, int num_kv_heads,
                         bool ordered, std::mt19937_64& rng, StepInput& input,
-                        std::vector<int32_t>& table, StepPlan& plan) {
+                        std::vector<int32_t>& table, StepPlan& plan, int decode_segments) {
   int64_t needed = 0;
   int32_t max_blocks = 1;
   for (const ReqShape& r : reqs) {
@@ -107,6 +107,7 @@ void plan_shuffled_step(const std::vector<ReqShape>& reqs, int block_size, int d
   input.num_work_units = num_work_units;
   input.num_kv_heads = num_kv_heads;
   input.extend_chunk_budget = extend_chunk_budget;
+  input.decode_segments = decode_segments;
   for (const ReqShape& r : reqs) {
     input.query_lens.push_back(r.query_len);
     input.context_lens.push_back(r.context_len);
@@ -124,13 +125,13 @@ void plan_shuffled_step(const std::vector<ReqShape>& reqs, int block_size, int d
 HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads, int head_dim,
                    int block_size, KvLayout layout, DType dtype, DType cache_dtype, bool ordered,
                    int decode_threshold, int num_work_units, uint64_t seed,
-                   int64_t extend_chunk_budget) {
+                   int64_t extend_chunk_budget, int decode_segments) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   HostStep s;
   s.dtype = dtype;
   plan_shuffled_step(reqs, block_size, decode_threshold, extend_chunk_budget, num_work_units,
-                     kv_heads, ordered, rng, s.input, s.block_table, s.plan);
+                     kv_heads, ordered, rng, s.input, s.block_table, s.plan, decode_segments);
   const int64_t pool = s.input.num_cache_blocks;
 
   s.cache.num_blocks = pool;

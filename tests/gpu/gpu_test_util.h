@@ -96,15 +96,16 @@ struct HostStep {
 // Draws each request's blocks from a shuffled pool 2.5x the need (a fragmented cache), fills
 // `input` (pool size in input.num_cache_blocks) and plans it; with `ordered`, lays the batch
 // out [decode | extend | prefill] and plans again. input.block_table points into `table`.
+// decode_segments: StepInput::decode_segments (2 forces the planner's decode segments).
 void plan_shuffled_step(const std::vector<ReqShape>& reqs, int block_size, int decode_threshold,
                         int64_t extend_chunk_budget, int num_work_units, int num_kv_heads,
                         bool ordered, std::mt19937_64& rng, StepInput& input,
-                        std::vector<int32_t>& table, StepPlan& plan);
+                        std::vector<int32_t>& table, StepPlan& plan, int decode_segments = 1);
 
 HostStep make_step(const std::vector<ReqShape>& reqs, int q_heads, int kv_heads, int head_dim,
                    int block_size, KvLayout layout, DType dtype, DType cache_dtype, bool ordered,
                    int decode_threshold, int num_work_units, uint64_t seed,
-                   int64_t extend_chunk_budget = 32768);
+                   int64_t extend_chunk_budget = 32768, int decode_segments = 1);
 
 // Relative L2 error of got vs want over all elements; NaN anywhere in got gives +inf.
 double rel_l2(const std::vector<float>& got, const std::vector<float>& want);

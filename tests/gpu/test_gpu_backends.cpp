@@ -40,6 +40,10 @@ struct GpuCase {
                                  // programmatic dependents)
   bool decode_cluster = true;    // three_path's TRIPATH_DECODE_CLUSTER (an even decode batch of
                                  // few row sets as 2-CTA clusters of halves)
+  int decode_segments = 1;       // StepInput::decode_segments: 1 where the planner predicts them
+                                 // faster, 2 always (three_path runs them), 0 never (and
+                                 // TRIPATH_DECODE_SEGMENTS=0)
+  bool expect_segments = false;  // the plan must hold decode segments (with decode_segments 1)
   int fuse_compute = 2;          // three_path's TRIPATH_FUSE_COMPUTE: 2 (default) as 1, and one
                                  // pass per extend item where one round holds every context; 1
                                  // prefill, self-part and first round in one launch; 0 one each
@@ -256,6 +260,64 @@ std::vector<GpuCase> all_cases() {
         c.cache = DType::kFP8E4M3;
         c.reqs.assign(40, {1, 3000});
         add(c, "fp8_decode_uniform_tp8");
+      }
+      // Decode segments (StepInput::decode_segments = 2: the planner's equal key runs, each
+      // block streaming a list of pieces): uneven contexts with short and one-key requests,
+      // GQA 16, sinks + window + soft-cap, fp8, f16 on HND, tiled, no LSE, MTP rows (4 x 4),
+      // blocks of 64, a mixed step (decode segments beside extend and prefill), requests shorter
+      // than a snap so every piece is a whole request (direct output, no merge), and uneven
+      // contexts of the size the planner takes them for by itself (decode_segments = 1).
+      {
+        std::vector<ReqShape> uneven;
+        for (int r = 0; r < 40; ++r) uneven.push_back({1, (r * 2711) % 9000 + (r % 7 == 0 ? 0 : 5)});
+        uneven[3] = {1, 0};
+        uneven[11] = {1, 16};
+        GpuCase c = base;
+        c.decode_segments = 2;
+        c.hq = 32;
+        c.reqs = uneven;
+        add(c, "segments_gqa16");
+        c.sinks = true;
+        c.window = 700;
+        c.softcap = 30.0f;
+        add(c, "segments_sinks_window_softcap");
+        c.sinks = false;
+        c.window = -1;
+        c.softcap = 0.0f;
+        c.cache = DType::kFP8E4M3;
+        add(c, "segments_fp8");
+        c.cache = c.dtype = DType::kF16;
+        c.layout = KvLayout::kHND;
+        add(c, "segments_f16_hnd");
+        c.cache = c.dtype = DType::kBF16;
+        c.layout = KvLayout::kTiled;
+        c.lse = false;
+        add(c, "segments_tiled_no_lse");
+        c = base;
+        c.decode_segments = 2;
+        c.threshold = 4;
+        c.hq = 8;
+        c.block_size = 64;
+        c.reqs.clear();
+        for (int r = 0; r < 30; ++r) c.reqs.push_back({1 + r % 4, 200 + (r * 911) % 6000});
+        add(c, "segments_mtp4_block64");
+        c = base;
+        c.decode_segments = 2;
+        add(c, "segments_mixed_step");
+        c.reqs.assign(300, {1, 30});
+        add(c, "segments_direct");
+        c = base;
+        c.hq = 64;
+        c.hkv = 4;
+        c.reqs.clear();
+        std::mt19937_64 lens(0);
+        std::uniform_int_distribution<int> ctx(1024, 8192);
+        for (int r = 0; r < 64; ++r) c.reqs.push_back({1, ctx(lens)});
+        c.expect_segments = true;  // decode-mixed's contexts: the planner's own choice
+        add(c, "segments_planned_qwen_like");
+        c.expect_segments = false;
+        c.decode_segments = 0;
+        add(c, "splits_planned_qwen_like");
       }
       // TRIPATH_FUSE_COMPUTE=0 (prefill, the extend self-part and each round in their own
       // launches) and 1 (the first three in one launch, partial slots and merges as for many
@@ -580,6 +642,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
     ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
     ScopedEnv cluster("TRIPATH_DECODE_CLUSTER", c.decode_cluster ? "1" : "0");
+    ScopedEnv segments("TRIPATH_DECODE_SEGMENTS", c.decode_segments == 0 ? "0" : "1");
     const std::string fuse_value = std::to_string(c.fuse_compute);
     ScopedEnv fuse("TRIPATH_FUSE_COMPUTE", fuse_value.c_str());
     const std::string overlap_value = std::to_string(c.flash_overlap);
@@ -588,8 +651,12 @@ TEST_P(GpuBackendTest, MatchesReference) {
   }
   const uint64_t seed = std::hash<std::string>{}(c.name);
   HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache,
-                         c.ordered, c.threshold, build_info().gpu_sm_count, seed, c.chunk_budget);
+                         c.ordered, c.threshold, build_info().gpu_sm_count, seed, c.chunk_budget,
+                         c.decode_segments);
   const int64_t n = s.plan.num_tokens;
+  if ((c.decode_segments == 2 && s.plan.decode.num_requests() > 0) || c.expect_segments) {
+    ASSERT_GT(s.plan.num_segments(), 0) << "forced decode segments missing from the plan";
+  }
 
   // CPU reference (it writes its own copy of the cache first).
   std::vector<uint8_t> ref_k = s.k_cache, ref_v = s.v_cache;
@@ -760,6 +827,91 @@ TEST(GpuGraph, DecodePairsDropTheMergeLaunch) {
 #endif
 }
 
+// three_path runs the planner's decode segments as one block per (segment, KV head), each
+// streaming its list of pieces: on uneven contexts with segments forced, the captured decode
+// kernel's grid is segments x KV heads with TRIPATH_DECODE_SEGMENTS=1 and one block per split
+// item with 0, and both outputs agree up to the merge order's rounding.
+TEST(GpuGraph, DecodeSegmentsRunOneBlockPerSegment) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  GpuCase c;
+  c.hq = 32;
+  c.hkv = 2;
+  if (!spec_built(c.dim, c.dtype, c.cache)) GTEST_SKIP() << "128/bf16/bf16 not built";
+  for (int r = 0; r < 48; ++r) c.reqs.push_back({1, 500 + (r * 3571) % 7000});
+  HostStep s = make_step(c.reqs, c.hq, c.hkv, c.dim, c.block_size, c.layout, c.dtype, c.cache, true,
+                         1, build_info().gpu_sm_count, 21, 32768, 2);
+  ASSERT_GT(s.plan.num_segments(), 0);
+  const unsigned seg_grid = static_cast<unsigned>(s.plan.num_segments() * c.hkv);
+  const unsigned split_grid = static_cast<unsigned>(s.plan.num_splits() * c.hkv);
+  ASSERT_NE(seg_grid, split_grid);
+  DeviceStep d;
+  upload_step(c, s, d);
+  Views& g = d.views;
+  cudaStream_t stream;
+  TRIPATH_TEST_CUDA(cudaStreamCreate(&stream));
+  g.in.stream = stream;
+  std::vector<uint16_t> results[2];
+  for (int segments : {0, 1}) {
+    std::unique_ptr<AttentionBackend> backend;
+    {
+      ScopedEnv env("TRIPATH_DECODE_SEGMENTS", segments == 1 ? "1" : "0");
+      backend = create_attention_backend("three_path");
+    }
+    backend->prepare(s.plan, g.params, stream);
+    TRIPATH_TEST_CUDA(cudaMemset(d.out.get(), 0xFF, d.out_elems * 2));
+    CapturedRun cap;
+    ASSERT_NO_FATAL_FAILURE(capture_run(*backend, s.plan, g, stream, cap));
+    size_t count = 0;
+    TRIPATH_TEST_CUDA(cudaGraphGetNodes(cap.graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    TRIPATH_TEST_CUDA(cudaGraphGetNodes(cap.graph, nodes.data(), &count));
+    std::vector<unsigned> grids;
+    for (cudaGraphNode_t n : nodes) {
+      cudaGraphNodeType type;
+      TRIPATH_TEST_CUDA(cudaGraphNodeGetType(n, &type));
+      if (type != cudaGraphNodeTypeKernel) continue;
+      cudaKernelNodeParams kp{};
+      TRIPATH_TEST_CUDA(cudaGraphKernelNodeGetParams(n, &kp));
+      grids.push_back(kp.gridDim.x);
+    }
+    const unsigned want = segments == 1 ? seg_grid : split_grid;
+    EXPECT_NE(std::find(grids.begin(), grids.end(), want), grids.end())
+        << "no kernel of grid " << want << " with TRIPATH_DECODE_SEGMENTS=" << segments;
+    TRIPATH_TEST_CUDA(cudaGraphLaunch(cap.exec, stream));
+    TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+    results[segments] = d.out.download<uint16_t>(d.out_elems);
+  }
+  cudaStreamDestroy(stream);
+  int far = 0, unwritten = 0;
+  for (size_t i = 0; i < d.out_elems; ++i) {
+    unwritten += results[1][i] == 0xFFFF;
+    const float a = bf16_to_float(results[0][i]), b = bf16_to_float(results[1][i]);
+    if (!(std::fabs(a - b) <= 2e-2f * (1.0f + std::fabs(a)))) ++far;
+  }
+  EXPECT_EQ(unwritten, 0);
+  EXPECT_EQ(far, 0) << "outputs apart between segments and splits";
+#endif
+}
+
+// The split-KV decode launcher refuses block lists it cannot run: with the pair clusters, or
+// without a grid (host-side checks, before any launch).
+TEST(GpuErrors, DecodeBlockItemsChecked) {
+#ifdef TRIPATH_WITH_CUDA
+  if (!kernels::decode_built(128, DType::kBF16, DType::kBF16))
+    GTEST_SKIP() << "decode 128/bf16 not built";
+  const int32_t block_items[2] = {0, 1};
+  kernels::UnifiedParams p{};
+  p.num_items = 1;
+  p.block_items = block_items;
+  p.num_blocks = 0;
+  EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
+            cudaErrorInvalidValue);
+#else
+  GTEST_SKIP() << "built without CUDA";
+#endif
+}
+
 // The flash kernel's persistent modes claim items through the caller's counters: without them
 // the launcher refuses before launching anything (host-side check, no GPU needed).
 TEST(GpuErrors, PersistentFlashNeedsItemCounter) {
@@ -794,7 +946,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
         Bad{"TRIPATH_FLASH_OVERLAP", "15"}, Bad{"TRIPATH_FLASH_OVERLAP", "99"},
         Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
         Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}, Bad{"TRIPATH_FUSE_COMPUTE", "3"},
-        Bad{"TRIPATH_FUSE_COMPUTE", "no"}, Bad{"TRIPATH_DECODE_CLUSTER", "2"}}) {
+        Bad{"TRIPATH_FUSE_COMPUTE", "no"}, Bad{"TRIPATH_DECODE_CLUSTER", "2"},
+        Bad{"TRIPATH_DECODE_SEGMENTS", "2"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
@@ -804,7 +957,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
     }
   }
   for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER",
-                           "TRIPATH_PDL", "TRIPATH_FUSE_COMPUTE", "TRIPATH_DECODE_CLUSTER"}) {
+                           "TRIPATH_PDL", "TRIPATH_FUSE_COMPUTE", "TRIPATH_DECODE_CLUSTER",
+                           "TRIPATH_DECODE_SEGMENTS"}) {
     for (const char* ok : {"0", ""}) {
       ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";

@@ -188,3 +188,29 @@ def test_plan_errors():
         tripath.plan_step([1.5], [3], [[0]], num_cache_blocks=4)
     with pytest.raises(ValueError, match="block_table"):
         tripath.plan_step([1, 1], [3, 3], [[0]], num_cache_blocks=4)
+
+
+def test_plan_decode_segments():
+    """Forced decode segments: one per slot and KV head; each request's pieces tile its keys in
+    order, and the segments own consecutive pieces. Off: none."""
+    rng = np.random.default_rng(3)
+    n = 20
+    query = np.ones(n, dtype=np.int32)
+    context = rng.integers(100, 3000, n).astype(np.int32)
+    table = np.arange(n * 200, dtype=np.int32).reshape(n, 200)
+    plan = tripath.plan_step(query, context, table, n * 200, num_work_units=16, num_kv_heads=2,
+                             decode_segments=2)
+    assert plan.num_segments == 16
+    cu = plan.decode_cu_pieces
+    assert len(cu) == n + 1 and cu[-1] == len(plan.piece_request)
+    for d in range(n):
+        pos = 0
+        for p in range(cu[d], cu[d + 1]):
+            assert plan.piece_request[p] == d and plan.piece_kv_start[p] == pos
+            pos += plan.piece_kv_len[p]
+        assert pos == context[d] + 1
+    seg = plan.segment_cu_pieces
+    assert seg[0] == 0 and seg[-1] == len(plan.piece_request) and (np.diff(seg) >= 0).all()
+    off = tripath.plan_step(query, context, table, n * 200, num_work_units=16, num_kv_heads=2,
+                            decode_segments=0)
+    assert off.num_segments == 0 and len(off.piece_request) == 0

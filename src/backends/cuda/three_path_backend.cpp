@@ -12,7 +12,9 @@
 // tokens x GQA group) fit its 16-row tile, the unified tiles otherwise; a step whose decode
 // requests all have one split writes the output directly (no partials, no merge); an even
 // batch of few row sets (the tensor-parallel shard) runs as 2-CTA clusters merging in
-// distributed shared memory (add_decode_pairs).
+// distributed shared memory (add_decode_pairs); where the planner made decode segments (uneven
+// contexts), one block per segment and KV head streams its list of pieces
+// (add_decode_segments).
 // Prefill and extend run the Hopper flash kernel (src/kernels/prefill: wgmma, 128-row work
 // items) on compute capability 9.0 when the cache holds the q dtype and the head dim is built
 // for it; otherwise the unified mma.sync tile kernel (64-row items).
@@ -117,6 +119,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     pdl_ = read_variant("TRIPATH_PDL") == 1;
     fuse_ = read_variant("TRIPATH_FUSE_COMPUTE");
     decode_cluster_ = read_variant("TRIPATH_DECODE_CLUSTER") == 1;
+    decode_segment_mode_ = read_variant("TRIPATH_DECODE_SEGMENTS");
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -158,6 +161,10 @@ class ThreePathBackend final : public CudaAttentionBackend {
     push_launch(items, decode_tile_, Launch::kDecode, -1);
     decode_pairs_ = decode_cluster_ && decode_tile_ == kernels::kRows16 &&
                     add_decode_pairs(items, plan, group, hkv, params.head_dim);
+    std::vector<int32_t> block_items, segment_token_parts;
+    decode_segments_ = decode_segment_mode_ != 0 && decode_tile_ == kernels::kRows16 &&
+                       add_decode_segments(items, block_items, segment_token_parts, plan, group,
+                                           hkv);
 
     // Prefill and extend, as 64-row items for the unified tiles and, where the flash kernel
     // may run (the cache dtype is known only in run()), again as its 128-row items.
@@ -169,13 +176,20 @@ class ThreePathBackend final : public CudaAttentionBackend {
       add_compute_paths(items, plan, group, hkv, kernels::kFlashPrefillRows, true);
     items_offset_ = arena.add(items);
     token_parts_offset_ = arena.add(token_parts);
+    if (decode_segments_) {
+      block_items_offset_ = arena.add(block_items);
+      segment_token_parts_offset_ = arena.add(segment_token_parts);
+    }
 
     // Workspace: decode partials [splits, decode tokens, heads, dim (+1 lse)]; extend running
     // states in three slots [extend tokens, heads, dim (+1)].
     const size_t row_floats = static_cast<size_t>(params.head_dim) + 1;
     decode_rows_total_ = static_cast<size_t>(plan.decode.num_tokens()) * params.num_q_heads;
     extend_rows_total_ = static_cast<size_t>(plan.extend.num_tokens()) * params.num_q_heads;
-    decode_floats_ = decode_direct_ ? 0 : decode_splits_ * decode_rows_total_ * row_floats;
+    // Partial slots for the larger part count of the item sets that write partials.
+    decode_slots_ = std::max(decode_direct_ ? 0 : decode_splits_,
+                             decode_segments_ && !segment_direct_ ? segment_parts_ : 0);
+    decode_floats_ = decode_slots_ * decode_rows_total_ * row_floats;
     const size_t total = decode_floats_ + 3 * extend_rows_total_ * row_floats;
     workspace_.ensure(std::max<size_t>(total, 1) * sizeof(float));
     // The persistent flash modes' item counters: zeroed once here, and by the kernel's last CTA
@@ -197,7 +211,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     // Partial buffers are indexed by global token row (token * heads + head): offset the base
     // so a path's first token lands at the buffer's start.
     float* decode_out = workspace_.as<float>();
-    float* decode_lse = decode_out + decode_splits_ * decode_rows_total_ * dim;
+    float* decode_lse = decode_out + decode_slots_ * decode_rows_total_ * dim;
     float* ext = workspace_.as<float>() + decode_floats_;
     float* slot_out[3];
     float* slot_lse[3];
@@ -247,10 +261,13 @@ class ThreePathBackend final : public CudaAttentionBackend {
     // planner's splits.
     const bool pairs = decode_pairs_ && decode_kernel &&
                        kernels::decode_cluster_built(params.head_dim, in.q.dtype, kv);
+    // Else the planner's segments where it made them and the split-KV kernel runs (a block per
+    // segment and KV head, running a list of items), else its splits.
+    const bool segments = !pairs && decode_segments_ && decode_kernel;
     int acc = 0;  // extend slot holding the running state
     for (const Launch& l : launches_) {
       if (l.kind != Launch::kDecode && l.flash != flash) continue;  // the other item set
-      if (l.kind == Launch::kDecode && l.pairs != pairs) continue;
+      if (l.kind == Launch::kDecode && (l.pairs != pairs || l.segments != segments)) continue;
       kernels::UnifiedParams p = unified_params(plan, params, in);
       p.items = arena().at<UnifiedWorkItem>(items_offset_) + l.first_item;
       p.num_items = l.num_items;
@@ -278,6 +295,10 @@ class ThreePathBackend final : public CudaAttentionBackend {
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
         p.cluster_splits = l.pairs ? 2 : 0;
+        if (l.segments) {
+          p.block_items = arena().at<int32_t>(block_items_offset_);
+          p.num_blocks = segment_blocks_;
+        }
         TRIPATH_CUDA_CHECK(
             kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
       } else {
@@ -285,15 +306,17 @@ class ThreePathBackend final : public CudaAttentionBackend {
             kernels::launch_unified(params.head_dim, in.q.dtype, kv, p, l.tile, stream));
       }
 
-      if (l.kind == Launch::kDecode && !decode_direct_ && !l.pairs) {
+      const bool direct = l.segments ? segment_direct_ : decode_direct_;
+      if (l.kind == Launch::kDecode && !direct && !l.pairs) {
         kernels::MergeParams m{};
         m.part_out = decode_out - dec_row0 * dim;
         m.part_lse = decode_lse - dec_row0;
         m.out = in.out.data;
         m.lse = p.lse;
         m.sinks = p.sinks;
-        m.token_parts = arena().at<int32_t>(token_parts_offset_);
-        m.num_parts = decode_splits_;
+        m.token_parts = arena().at<int32_t>(l.segments ? segment_token_parts_offset_
+                                                       : token_parts_offset_);
+        m.num_parts = l.segments ? segment_parts_ : decode_splits_;
         m.heads = params.num_q_heads;
         m.dim = params.head_dim;
         m.part_stride = static_cast<int64_t>(decode_rows_total_);
@@ -342,14 +365,56 @@ class ThreePathBackend final : public CudaAttentionBackend {
     int32_t chunk;  // kCompute: the chunk round this launch holds (merged after it), or -1
     bool flash;     // an item set for the flash kernel (128 rows); else the unified tiles
     bool pairs;     // kDecode: the row sets' halves in 2-CTA clusters (add_decode_pairs)
+    bool segments;  // kDecode: the planner's segments, blocks running item lists
   };
 
   void push_launch(const std::vector<UnifiedWorkItem>& items, kernels::UnifiedTile tile,
-                   Launch::Kind kind, int32_t chunk, bool flash = false, bool pairs = false) {
+                   Launch::Kind kind, int32_t chunk, bool flash = false, bool pairs = false,
+                   bool segments = false) {
     const int32_t first =
         launches_.empty() ? 0 : launches_.back().first_item + launches_.back().num_items;
     const int32_t count = static_cast<int32_t>(items.size()) - first;
-    if (count > 0) launches_.push_back({kind, tile, first, count, chunk, flash, pairs});
+    if (count > 0) launches_.push_back({kind, tile, first, count, chunk, flash, pairs, segments});
+  }
+
+  // The decode path as the planner's segments (StepPlan::segment_cu_pieces), another item set
+  // beside its splits: block (KV head g, segment j) runs segment j's pieces for head g in turn,
+  // one 16-row item each, and each piece writes the partial slot of its index among its
+  // request's pieces (or the output, where no request has two). block_items gets the blocks'
+  // item offsets (relative to the set's first item), token_parts each decode token's part
+  // count for the merge. False (no items) where the plan has no segments.
+  bool add_decode_segments(std::vector<UnifiedWorkItem>& items, std::vector<int32_t>& block_items,
+                           std::vector<int32_t>& token_parts, const StepPlan& plan, int group,
+                           int hkv) {
+    const int32_t segments = plan.num_segments(), nd = plan.decode.num_requests();
+    if (segments == 0) return false;
+    segment_parts_ = 0;
+    token_parts.assign(static_cast<size_t>(plan.num_tokens), 0);
+    for (int32_t d = 0; d < nd; ++d) {
+      const int32_t i = plan.decode.begin + d;
+      const int32_t parts = plan.decode_cu_pieces[d + 1] - plan.decode_cu_pieces[d];
+      segment_parts_ = std::max(segment_parts_, parts);
+      for (int32_t t = 0; t < plan.query_lens[i]; ++t)
+        token_parts[plan.cu_seqlens_q[i] + t] = parts;
+    }
+    segment_direct_ = segment_parts_ <= 1;
+    const size_t first = items.size();
+    block_items.assign(1, 0);
+    for (int g = 0; g < hkv; ++g) {
+      for (int32_t j = 0; j < segments; ++j) {
+        for (int32_t q = plan.segment_cu_pieces[j]; q < plan.segment_cu_pieces[j + 1]; ++q) {
+          const int32_t i = plan.piece_request[q];
+          const int32_t slot = q - plan.decode_cu_pieces[i - plan.decode.begin];
+          const int32_t start = plan.piece_kv_start[q];
+          items.push_back({i, g, g * group, 0, start, start + plan.piece_kv_len[q],
+                           segment_direct_ ? -1 : slot, 0});
+        }
+        block_items.push_back(static_cast<int32_t>(items.size() - first));
+      }
+    }
+    segment_blocks_ = segments * hkv;
+    push_launch(items, kernels::kRows16, Launch::kDecode, -1, false, false, true);
+    return true;
   }
 
   // The decode path as 2-CTA clusters, a second item set beside the planner's splits (the
@@ -479,6 +544,13 @@ class ThreePathBackend final : public CudaAttentionBackend {
   DeviceBuffer gather_workspace_;
   kernels::FlashTensorMaps gather_maps_{};
   bool decode_direct_ = false;  // every decode request has one split: final output, no merge
+  int decode_segment_mode_ = 1;  // TRIPATH_DECODE_SEGMENTS
+  bool decode_segments_ = false;  // this plan has the segments' item set (add_decode_segments)
+  bool segment_direct_ = false;   // ... and no request has two pieces: final output, no merge
+  int32_t segment_parts_ = 0;     // the most pieces of one request
+  int32_t segment_blocks_ = 0;    // the segments' grid: segments x KV heads
+  int32_t decode_slots_ = 0;      // partial slots in the workspace (the larger item set's)
+  size_t block_items_offset_ = 0, segment_token_parts_offset_ = 0;
   int32_t max_decode_query_ = 1;
   int32_t decode_splits_ = 0;
   size_t decode_rows_total_ = 0, extend_rows_total_ = 0, decode_floats_ = 0;

@@ -193,447 +193,460 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   stamp(0);
   pdl_wait();  // a programmatic dependent (p.pdl): the cache write before it has finished
   pdl_launch_dependents();
-  const UnifiedWorkItem it = p.items[blockIdx.x];
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  stamp(9, it.request);
-  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
-  // Rank 1 of a pair attends a remainder of <= 8 keys past whole stages as a tail
-  // (decode_pair_tail) instead of one more stage. It lives in rank 1's peer buffer, which only
-  // rank 0's receives pushes into: K rows 0..7, V rows 0..7, 8 zero rows, so the 16-key tile
-  // reads finite rows past the tail (their scores masked, their P zero).
-  static_assert(kWide == 0 || (kDecodePairTailKeys <= 8 && Cfg::kKeys == kDecodePairStageKeys &&
-                               24 * kRowBytes <= Cfg::kSmemPeer),
-                "the pair tail: 8 keys in the peer buffer, 128-key stages");
-  unsigned char* tail_k = smem + Cfg::kOffPeer;
-  auto tail_of = [&](int lo) {
-    return kPairs && rank == 1 ? decode_pair_tail(lo, it.kv_end) : 0;
-  };
-  int32_t tail_block = 0;  // the block of tail key tid / kChunks
-  // Wide blocks without a window: the first stages' keys follow from kv_begin and kv_end alone,
-  // so their block-table entries load now, beside the request's lengths, instead of after them
-  // (one dependent global round trip fewer before the first K/V copy of the launch's one wave).
-  constexpr int kPre = kWide != 0 ? (kStages * kKeys + kThreads - 1) / kThreads : 1;
-  int32_t pre_block[kPre];
-  const bool early_table = kWide != 0 && p.window_left < 0;
-  if (early_table) {
-    const int lo = max(0, it.kv_begin), tail = tail_of(lo);
-    const int first = stage_origin(lo + tail, it.kv_end, kKeys);
-    if (tid / kChunks < tail)
-      tail_block = load_global_pinned(table + ((lo + tid / kChunks) >> p.log2_block_size));
-#pragma unroll
-    for (int i = 0; i < kPre; ++i) {
-      const int idx = tid + i * kThreads, kabs = first + idx;
-      pre_block[i] = idx < kStages * kKeys && kabs >= lo && kabs < it.kv_end
-                         ? load_global_pinned(table + (kabs >> p.log2_block_size))
-                         : 0;
-    }
+  // Items: one per block, or with p.block_items the block's list [block_items[b],
+  // block_items[b + 1]) (decode segments: a block streams a run of pieces, each a partial state).
+  int item_lo = blockIdx.x, item_hi = blockIdx.x + 1;
+  if (p.block_items != nullptr) {
+    item_lo = p.block_items[blockIdx.x];
+    item_hi = p.block_items[blockIdx.x + 1];
   }
-  const int tok0 = p.cu_seqlens_q[it.request];
-  const int qlen = p.cu_seqlens_q[it.request + 1] - tok0;
-  const int ctx = p.context_lens[it.request];
-  const int rpt = p.rows_per_token;
-  stamp(10, ctx + qlen + (early_table ? pre_block[0] : 0));
-  const int row_end = min(it.row_begin + 16, qlen * rpt);
-  if (row_end <= it.row_begin) return;  // no rows: nothing reads this item's slot
-  const int t_first = it.row_begin / rpt, t_last = (row_end - 1) / rpt;
-  const int window = p.window_left;
-  const int key_lo = max(window >= 0 ? max(0, ctx + t_first - window) : 0, it.kv_begin);
-  const int key_hi = min(ctx + t_last + 1, it.kv_end);
-  // Rank 1's tail is [key_lo, main_lo); the stages cover [main_lo, key_hi) and end at kv_end
-  // (stage_origin): a range that is not a whole number of stages starts with its partial stage,
-  // whose keys below main_lo are zero-filled and masked.
-  const int tail = tail_of(key_lo), main_lo = key_lo + tail;
-  if (!early_table && tid / kChunks < tail)
-    tail_block = table[(key_lo + tid / kChunks) >> p.log2_block_size];
-  const int first = key_hi > main_lo ? stage_origin(main_lo, it.kv_end, kKeys) : main_lo;
-  const int num_stages = key_hi > main_lo ? (key_hi - first + kKeys - 1) / kKeys : 0;
-  // Keys every row of the item sees: a stage inside [full_lo, full_hi) needs no mask.
-  const int full_lo = window >= 0 ? ctx + t_last - window : 0;
-  const int full_hi = min(key_hi, ctx + t_first + 1);
-  const int bs_mask = p.block_size - 1;
+  for (int item = item_lo; item < item_hi; ++item) {
+    // The last item's combine has read the ring this item's copies overwrite.
+    if (item > item_lo) __syncthreads();
+    const UnifiedWorkItem it = p.items[item];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    stamp(9, it.request);
+    const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
+    // Rank 1 of a pair attends a remainder of <= 8 keys past whole stages as a tail
+    // (decode_pair_tail) instead of one more stage. It lives in rank 1's peer buffer, which only
+    // rank 0's receives pushes into: K rows 0..7, V rows 0..7, 8 zero rows, so the 16-key tile
+    // reads finite rows past the tail (their scores masked, their P zero).
+    static_assert(kWide == 0 || (kDecodePairTailKeys <= 8 && Cfg::kKeys == kDecodePairStageKeys &&
+                                 24 * kRowBytes <= Cfg::kSmemPeer),
+                  "the pair tail: 8 keys in the peer buffer, 128-key stages");
+    unsigned char* tail_k = smem + Cfg::kOffPeer;
+    auto tail_of = [&](int lo) {
+      return kPairs && rank == 1 ? decode_pair_tail(lo, it.kv_end) : 0;
+    };
+    int32_t tail_block = 0;  // the block of tail key tid / kChunks
+    // Wide blocks without a window: the first stages' keys follow from kv_begin and kv_end alone,
+    // so their block-table entries load now, beside the request's lengths, instead of after them
+    // (one dependent global round trip fewer before the first K/V copy of the launch's one wave).
+    constexpr int kPre = kWide != 0 ? (kStages * kKeys + kThreads - 1) / kThreads : 1;
+    int32_t pre_block[kPre];
+    const bool early_table = kWide != 0 && p.window_left < 0;
+    if (early_table) {
+      const int lo = max(0, it.kv_begin), tail = tail_of(lo);
+      const int first = stage_origin(lo + tail, it.kv_end, kKeys);
+      if (tid / kChunks < tail)
+        tail_block = load_global_pinned(table + ((lo + tid / kChunks) >> p.log2_block_size));
+#pragma unroll
+      for (int i = 0; i < kPre; ++i) {
+        const int idx = tid + i * kThreads, kabs = first + idx;
+        pre_block[i] = idx < kStages * kKeys && kabs >= lo && kabs < it.kv_end
+                           ? load_global_pinned(table + (kabs >> p.log2_block_size))
+                           : 0;
+      }
+    }
+    const int tok0 = p.cu_seqlens_q[it.request];
+    const int qlen = p.cu_seqlens_q[it.request + 1] - tok0;
+    const int ctx = p.context_lens[it.request];
+    const int rpt = p.rows_per_token;
+    stamp(10, ctx + qlen + (early_table ? pre_block[0] : 0));
+    const int row_end = min(it.row_begin + 16, qlen * rpt);
+    if (row_end <= it.row_begin) continue;  // no rows: nothing reads this item's slot
+    const int t_first = it.row_begin / rpt, t_last = (row_end - 1) / rpt;
+    const int window = p.window_left;
+    const int key_lo = max(window >= 0 ? max(0, ctx + t_first - window) : 0, it.kv_begin);
+    const int key_hi = min(ctx + t_last + 1, it.kv_end);
+    // Rank 1's tail is [key_lo, main_lo); the stages cover [main_lo, key_hi) and end at kv_end
+    // (stage_origin): a range that is not a whole number of stages starts with its partial stage,
+    // whose keys below main_lo are zero-filled and masked.
+    const int tail = tail_of(key_lo), main_lo = key_lo + tail;
+    if (!early_table && tid / kChunks < tail)
+      tail_block = table[(key_lo + tid / kChunks) >> p.log2_block_size];
+    const int first = key_hi > main_lo ? stage_origin(main_lo, it.kv_end, kKeys) : main_lo;
+    const int num_stages = key_hi > main_lo ? (key_hi - first + kKeys - 1) / kKeys : 0;
+    // Keys every row of the item sees: a stage inside [full_lo, full_hi) needs no mask.
+    const int full_lo = window >= 0 ? ctx + t_last - window : 0;
+    const int full_hi = min(key_hi, ctx + t_first + 1);
+    const int bs_mask = p.block_size - 1;
 
-  // Q rows (zero-filled past row_end): the first cp.async group.
-  {
-    const T* q = static_cast<const T*>(p.q);
-    constexpr int kQChunks = D / 8;
-    for (int idx = tid; idx < 16 * kQChunks; idx += kThreads) {
-      const int r = idx / kQChunks, c = idx % kQChunks, gr = it.row_begin + r;
-      const bool valid = gr < row_end;
-      const T* src =
-          valid ? q + (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8
+    // Q rows (zero-filled past row_end): the first cp.async group.
+    {
+      const T* q = static_cast<const T*>(p.q);
+      constexpr int kQChunks = D / 8;
+      for (int idx = tid; idx < 16 * kQChunks; idx += kThreads) {
+        const int r = idx / kQChunks, c = idx % kQChunks, gr = it.row_begin + r;
+        const bool valid = gr < row_end;
+        const T* src =
+            valid
+                ? q + (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8
                 : q;
-      cp_async_16(s_q + r * kQStride + c * 8, src, valid);
-    }
-    cp_async_commit();
-  }
-
-  // Element offset of logical chunk 0's row start of key `kabs` (chunk c adds phys(c) * kPer):
-  // kv_chunk_offset(chunk c) == key_base + decode_phys_chunk(c) * kPer for every layout.
-  auto key_base = [&](int kabs, int32_t block) -> int64_t {
-    const int slot = kabs & bs_mask;
-    return kv_chunk_offset(p.layout, block, slot, it.kv_head, 0, p.block_size, p.num_kv_heads, D,
-                           kPer) -
-           int64_t(decode_phys_chunk(p.layout, 0, slot, kChunks)) * kPer;
-  };
-  // Element offset of chunk c of key `kabs`, whose row starts at `base` (key_base).
-  auto chunk_offset = [&](int64_t base, int kabs, int c) -> int64_t {
-    return base + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer;
-  };
-  if constexpr (kWide != 0) {
-#pragma unroll
-    for (int i = 0; i < kPre; ++i) {
-      const int idx = tid + i * kThreads, kabs = first + idx;
-      if (idx < kStages * kKeys && kabs >= key_lo && kabs < key_hi) {
-        s_kb[idx] = key_base(kabs, early_table ? pre_block[i] : table[kabs >> p.log2_block_size]);
+        cp_async_16(s_q + r * kQStride + c * 8, src, valid);
       }
+      cp_async_commit();
     }
-  } else {
-    for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
-      const int kabs = first + idx;  // stage idx / kKeys, key idx % kKeys
-      if (kabs >= key_lo && kabs < key_hi)
-        s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
-    }
-  }
-  __syncthreads();
-  stamp(11);
 
-  // Stage s -> ring slot s % kStages; keys outside [main_lo, key_hi) are zero-filled and never
-  // read from HBM. (Skipping the partial first stage's keys below main_lo instead, their V rows
-  // zeroed by stores, measured 2-3% slower on decode-mixed / decode-long in runs o4-o6 (179-181
-  // against 174 us) and is not used.)
-  const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
-  const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
-  auto issue_stage = [&](int s) {
-    const int slot = s % kStages, start = first + s * kKeys;
-    const int64_t* kb = s_kb + slot * kKeys;
-    unsigned char* dk = s_kv + slot * Cfg::kStageBytes;
-    unsigned char* dv = dk + kKeys * kRowBytes;
-    constexpr int kTotal = kKeys * kChunks;
+    // Element offset of logical chunk 0's row start of key `kabs` (chunk c adds phys(c) * kPer):
+    // kv_chunk_offset(chunk c) == key_base + decode_phys_chunk(c) * kPer for every layout.
+    auto key_base = [&](int kabs, int32_t block) -> int64_t {
+      const int slot = kabs & bs_mask;
+      return kv_chunk_offset(p.layout, block, slot, it.kv_head, 0, p.block_size, p.num_kv_heads, D,
+                             kPer) -
+             int64_t(decode_phys_chunk(p.layout, 0, slot, kChunks)) * kPer;
+    };
+    // Element offset of chunk c of key `kabs`, whose row starts at `base` (key_base).
+    auto chunk_offset = [&](int64_t base, int kabs, int c) -> int64_t {
+      return base + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer;
+    };
+    if constexpr (kWide != 0) {
 #pragma unroll
-    for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
-      const int idx = tid + i * kThreads;
-      if (kTotal % kThreads != 0 && idx >= kTotal) break;
-      const int key = idx / kChunks, c = idx % kChunks, kabs = start + key;
-      const bool valid = kabs >= main_lo && kabs < key_hi;
-      const int64_t off = valid ? chunk_offset(kb[key], kabs, c) : 0;
-      if constexpr (D * sizeof(KvT) >= 128) {
-        cp_async_16_l2_128(dk + key * kRowBytes + c * 16, k_cache + off, valid);
-        cp_async_16_l2_128(dv + key * kRowBytes + c * 16, v_cache + off, valid);
-      } else {
-        cp_async_16(dk + key * kRowBytes + c * 16, k_cache + off, valid);
-        cp_async_16(dv + key * kRowBytes + c * 16, v_cache + off, valid);
+      for (int i = 0; i < kPre; ++i) {
+        const int idx = tid + i * kThreads, kabs = first + idx;
+        if (idx < kStages * kKeys && kabs >= key_lo && kabs < key_hi) {
+          s_kb[idx] = key_base(kabs, early_table ? pre_block[i] : table[kabs >> p.log2_block_size]);
+        }
       }
-    }
-  };
-  // The tail: copied with stage 0; V rows past it zeroed (they meet P = 0).
-  if (tail > 0) {
-    const int key = tid / kChunks, c = tid % kChunks, kabs = key_lo + key;
-    if (key < tail) {
-      const bool valid = kabs < key_hi;
-      const int64_t off = valid ? chunk_offset(key_base(kabs, tail_block), kabs, c) : 0;
-      cp_async_16(tail_k + key * kRowBytes + c * 16, k_cache + off, valid);
-      cp_async_16(tail_k + (8 + key) * kRowBytes + c * 16, v_cache + off, valid);
-    }
-    for (int idx = tid; idx < (16 - tail) * kChunks; idx += kThreads) {
-      *reinterpret_cast<uint4*>(tail_k + (8 + tail + idx / kChunks) * kRowBytes +
-                                (idx % kChunks) * 16) = make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < num_stages) issue_stage(s);
-    cp_async_commit();
-  }
-  stamp(1);
-  cp_async_wait<kStages - 1>();  // the q group has landed (the stages may still be in flight)
-  __syncthreads();
-
-  // fp8: q goes to f16 in the permuted order the widened K fragments expect. A bf16 row is first
-  // scaled by 2^e so its largest |q| lands in [2^14, 2^15): bf16's 8 significant bits fit f16's
-  // 11 exactly down to 2^-29 of the row maximum; the score multiplier undoes 2^e.
-  float row_mul[2] = {1.0f, 1.0f};
-  if constexpr (kFp8) {
-    // Threads per row: a power of two (the shuffle tree) of at most kThreads / 16; the warps
-    // past 16 rows' worth skip the conversion whole.
-    constexpr int kTpr = kThreads / 16 >= 8 ? 8 : kThreads / 16;
-    const int r = tid / kTpr, part = tid % kTpr;
-    int e = 0;
-    if (tid < 16 * kTpr) {
-      if constexpr (std::is_same_v<T, bf16>) {
-        float mx = 0.0f;
-        for (int d = part; d < D; d += kTpr) mx = fmaxf(mx, fabsf(to_float(s_q[r * kQStride + d])));
-#pragma unroll
-        for (int o = kTpr / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        if (mx > 0.0f && mx < INFINITY) e = min(max(14 - ilogbf(mx), -120), 120);  // NaN: 0
-      }
-      const float up = __int_as_float((127 + e) << 23);  // 2^e, exact
-      if (part == 0) s_qmul[r] = __int_as_float((127 - e) << 23);
-      for (int d = part; d < D; d += kTpr) {
-        s_qh[r * kQStride + decode::decode_q_position(d)] =
-            __float2half_rn(to_float(s_q[r * kQStride + d]) * up);
+    } else {
+      for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
+        const int kabs = first + idx;  // stage idx / kKeys, key idx % kKeys
+        if (kabs >= key_lo && kabs < key_hi)
+          s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
       }
     }
     __syncthreads();
-    row_mul[0] = s_qmul[lane / 4];
-    row_mul[1] = s_qmul[lane / 4 + 8];
-  }
-  const MmaT* q_smem =
-      kFp8 ? reinterpret_cast<const MmaT*>(s_qh) : reinterpret_cast<const MmaT*>(s_q);
-  const MmaT* q_warp = q_smem + (lane % 16) * kQStride + (lane / 16) * 8;
-  constexpr int kQFrags = Cfg::kQInRegs ? D / 16 : 1;
-  uint32_t qf[kQFrags][4];
-  if constexpr (Cfg::kQInRegs) {
+    stamp(11);
+
+    // Stage s -> ring slot s % kStages; keys outside [main_lo, key_hi) are zero-filled and never
+    // read from HBM. (Skipping the partial first stage's keys below main_lo instead, their V rows
+    // zeroed by stores, measured 2-3% slower on decode-mixed / decode-long in runs o4-o6 (179-181
+    // against 174 us) and is not used.)
+    const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
+    const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
+    auto issue_stage = [&](int s) {
+      const int slot = s % kStages, start = first + s * kKeys;
+      const int64_t* kb = s_kb + slot * kKeys;
+      unsigned char* dk = s_kv + slot * Cfg::kStageBytes;
+      unsigned char* dv = dk + kKeys * kRowBytes;
+      constexpr int kTotal = kKeys * kChunks;
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qf[ks], q_warp + ks * 16);
-  }
-  auto q_frag = [&](int ks, uint32_t(&a)[4]) {
+      for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+        const int idx = tid + i * kThreads;
+        if (kTotal % kThreads != 0 && idx >= kTotal) break;
+        const int key = idx / kChunks, c = idx % kChunks, kabs = start + key;
+        const bool valid = kabs >= main_lo && kabs < key_hi;
+        const int64_t off = valid ? chunk_offset(kb[key], kabs, c) : 0;
+        if constexpr (D * sizeof(KvT) >= 128) {
+          cp_async_16_l2_128(dk + key * kRowBytes + c * 16, k_cache + off, valid);
+          cp_async_16_l2_128(dv + key * kRowBytes + c * 16, v_cache + off, valid);
+        } else {
+          cp_async_16(dk + key * kRowBytes + c * 16, k_cache + off, valid);
+          cp_async_16(dv + key * kRowBytes + c * 16, v_cache + off, valid);
+        }
+      }
+    };
+    // The tail: copied with stage 0; V rows past it zeroed (they meet P = 0).
+    if (tail > 0) {
+      const int key = tid / kChunks, c = tid % kChunks, kabs = key_lo + key;
+      if (key < tail) {
+        const bool valid = kabs < key_hi;
+        const int64_t off = valid ? chunk_offset(key_base(kabs, tail_block), kabs, c) : 0;
+        cp_async_16(tail_k + key * kRowBytes + c * 16, k_cache + off, valid);
+        cp_async_16(tail_k + (8 + key) * kRowBytes + c * 16, v_cache + off, valid);
+      }
+      for (int idx = tid; idx < (16 - tail) * kChunks; idx += kThreads) {
+        *reinterpret_cast<uint4*>(tail_k + (8 + tail + idx / kChunks) * kRowBytes +
+                                  (idx % kChunks) * 16) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_stages) issue_stage(s);
+      cp_async_commit();
+    }
+    stamp(1);
+    cp_async_wait<kStages - 1>();  // the q group has landed (the stages may still be in flight)
+    __syncthreads();
+
+    // fp8: q goes to f16 in the permuted order the widened K fragments expect. A bf16 row is first
+    // scaled by 2^e so its largest |q| lands in [2^14, 2^15): bf16's 8 significant bits fit f16's
+    // 11 exactly down to 2^-29 of the row maximum; the score multiplier undoes 2^e.
+    float row_mul[2] = {1.0f, 1.0f};
+    if constexpr (kFp8) {
+      // Threads per row: a power of two (the shuffle tree) of at most kThreads / 16; the warps
+      // past 16 rows' worth skip the conversion whole.
+      constexpr int kTpr = kThreads / 16 >= 8 ? 8 : kThreads / 16;
+      const int r = tid / kTpr, part = tid % kTpr;
+      int e = 0;
+      if (tid < 16 * kTpr) {
+        if constexpr (std::is_same_v<T, bf16>) {
+          float mx = 0.0f;
+          for (int d = part; d < D; d += kTpr)
+            mx = fmaxf(mx, fabsf(to_float(s_q[r * kQStride + d])));
+#pragma unroll
+          for (int o = kTpr / 2; o > 0; o /= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+          if (mx > 0.0f && mx < INFINITY) e = min(max(14 - ilogbf(mx), -120), 120);  // NaN: 0
+        }
+        const float up = __int_as_float((127 + e) << 23);  // 2^e, exact
+        if (part == 0) s_qmul[r] = __int_as_float((127 - e) << 23);
+        for (int d = part; d < D; d += kTpr) {
+          s_qh[r * kQStride + decode::decode_q_position(d)] =
+              __float2half_rn(to_float(s_q[r * kQStride + d]) * up);
+        }
+      }
+      __syncthreads();
+      row_mul[0] = s_qmul[lane / 4];
+      row_mul[1] = s_qmul[lane / 4 + 8];
+    }
+    const MmaT* q_smem =
+        kFp8 ? reinterpret_cast<const MmaT*>(s_qh) : reinterpret_cast<const MmaT*>(s_q);
+    const MmaT* q_warp = q_smem + (lane % 16) * kQStride + (lane / 16) * 8;
+    constexpr int kQFrags = Cfg::kQInRegs ? D / 16 : 1;
+    uint32_t qf[kQFrags][4];
     if constexpr (Cfg::kQInRegs) {
-      a[0] = qf[ks][0];
-      a[1] = qf[ks][1];
-      a[2] = qf[ks][2];
-      a[3] = qf[ks][3];
-    } else {
-      ldmatrix_x4(a, q_warp + ks * 16);
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qf[ks], q_warp + ks * 16);
     }
-  };
+    auto q_frag = [&](int ks, uint32_t(&a)[4]) {
+      if constexpr (Cfg::kQInRegs) {
+        a[0] = qf[ks][0];
+        a[1] = qf[ks][1];
+        a[2] = qf[ks][2];
+        a[3] = qf[ks][3];
+      } else {
+        ldmatrix_x4(a, q_warp + ks * 16);
+      }
+    };
 
-  // The two rows this thread holds in every accumulator fragment, and what they may see.
-  int row_pos[2];
-  bool row_ok[2];
-  float lg_scale[2], cap_in[2];
+    // The two rows this thread holds in every accumulator fragment, and what they may see.
+    int row_pos[2];
+    bool row_ok[2];
+    float lg_scale[2], cap_in[2];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int gr = it.row_begin + lane / 4 + 8 * i;
-    row_ok[i] = gr < row_end;
-    row_pos[i] = ctx + (row_ok[i] ? gr / rpt : 0);
-    lg_scale[i] = p.scale_log2 * row_mul[i];
-    cap_in[i] = p.softcap > 0.0f ? p.score_scale * row_mul[i] / p.softcap : 0.0f;
-  }
-  const float cap_out = p.softcap * kLog2e;
-
-  float o[D / 8][4];
-#pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-  float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
-
-  // This warp's 16 keys key0.. (K rows at tk, V rows at tv): scores, online softmax, O += P V.
-  // `full`: every key visible to every row (no mask); else keys outside [key_lo, lim) and the
-  // rows' causal / window limits are masked.
-  auto attend = [&](const unsigned char* tk, const unsigned char* tv, int key0, bool full,
-                    int lim) {
-    float s[2][4];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    decode::decode_qk<D, kRowBytes, kFp8, MmaT>(s, tk, lane, q_frag);
-
-    // Scale (soft-cap) into base-2 logits; mask only stages not wholly visible to every row.
-    // Uniform branches outside the element loops (inside, each element became its own basic
-    // blocks).
-    if (p.softcap > 0.0f) {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] = cap_out * tanhf(s[nt][e] * cap_in[e / 2]);
-    } else {
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[nt][e] *= lg_scale[e / 2];
+    for (int i = 0; i < 2; ++i) {
+      const int gr = it.row_begin + lane / 4 + 8 * i;
+      row_ok[i] = gr < row_end;
+      row_pos[i] = ctx + (row_ok[i] ? gr / rpt : 0);
+      lg_scale[i] = p.scale_log2 * row_mul[i];
+      cap_in[i] = p.softcap > 0.0f ? p.score_scale * row_mul[i] / p.softcap : 0.0f;
     }
-    if (!full) {
+    const float cap_out = p.softcap * kLog2e;
+
+    float o[D / 8][4];
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
+    for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+    float m[2] = {kNegInf, kNegInf}, l[2] = {0.0f, 0.0f};
+
+    // This warp's 16 keys key0.. (K rows at tk, V rows at tv): scores, online softmax, O += P V.
+    // `full`: every key visible to every row (no mask); else keys outside [key_lo, lim) and the
+    // rows' causal / window limits are masked.
+    auto attend = [&](const unsigned char* tk, const unsigned char* tv, int key0, bool full,
+                      int lim) {
+      float s[2][4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int i = e / 2;
-          const int key = key0 + nt * 8 + (lane % 4) * 2 + (e % 2);
-          const bool ok = row_ok[i] && key >= key_lo && key < lim && key <= row_pos[i] &&
-                          (window < 0 || key >= row_pos[i] - window);
-          s[nt][e] = ok ? s[nt][e] : kNegInf;
+      for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+      decode::decode_qk<D, kRowBytes, kFp8, MmaT>(s, tk, lane, q_frag);
+
+      // Scale (soft-cap) into base-2 logits; mask only stages not wholly visible to every row.
+      // Uniform branches outside the element loops (inside, each element became its own basic
+      // blocks).
+      if (p.softcap > 0.0f) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] = cap_out * tanhf(s[nt][e] * cap_in[e / 2]);
+      } else {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[nt][e] *= lg_scale[e / 2];
+      }
+      if (!full) {
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int i = e / 2;
+            const int key = key0 + nt * 8 + (lane % 4) * 2 + (e % 2);
+            const bool ok = row_ok[i] && key >= key_lo && key < lim && key <= row_pos[i] &&
+                            (window < 0 || key >= row_pos[i] - window);
+            s[nt][e] = ok ? s[nt][e] : kNegInf;
+          }
+        }
+      }
+
+      // Online softmax per row; a row with nothing visible yet keeps m = -inf and weight 0.
+      float alpha[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float mx = fmaxf(fmaxf(s[0][2 * i], s[0][2 * i + 1]), fmaxf(s[1][2 * i], s[1][2 * i + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float m_new = fmaxf(m[i], mx);
+        const float base = m_new == kNegInf ? 0.0f : m_new;
+        alpha[i] = fast_exp2(m[i] - base);
+        m[i] = m_new;
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          s[nt][2 * i] = fast_exp2(s[nt][2 * i] - base);
+          s[nt][2 * i + 1] = fast_exp2(s[nt][2 * i + 1] - base);
+          sum += s[nt][2 * i] + s[nt][2 * i + 1];
+        }
+        l[i] = l[i] * alpha[i] + sum;
+      }
+      // Once the maxima settle (most stages of a long context) alpha is exactly 1: skip the
+      // D/2 multiplies per thread.
+      if (!warp_rescale_is_identity(alpha[0], alpha[1])) {
+#pragma unroll
+        for (int dn = 0; dn < D / 8; ++dn) {
+          o[dn][0] *= alpha[0];
+          o[dn][1] *= alpha[0];
+          o[dn][2] *= alpha[1];
+          o[dn][3] *= alpha[1];
+        }
+      }
+
+      // O += P V over this warp's 16 keys.
+      const uint32_t a[4] = {pack2<MmaT>(s[0][0], s[0][1]), pack2<MmaT>(s[0][2], s[0][3]),
+                             pack2<MmaT>(s[1][0], s[1][1]), pack2<MmaT>(s[1][2], s[1][3])};
+      decode::decode_pv<D, kRowBytes, kFp8, MmaT>(o, a, tv, lane);
+    };
+
+    // Rank 1's tail as warp 0's one more 16-key tile (rows past it masked, their V rows zero).
+    auto attend_tail = [&] {
+      attend(tail_k, tail_k + 8 * kRowBytes, key_lo, false, min(main_lo, key_hi));
+    };
+
+    for (int j = 0; j < num_stages; ++j) {
+      cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies)
+      __syncthreads();               // everyone's copies; stage j - 1's slot is free again
+      if (j == 0) stamp(2);
+      if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
+      cp_async_commit();
+      // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
+      // latency hides behind this stage. Slot (j + kStages) % kStages was last read when stage j
+      // was issued, before this iteration's barrier.
+      const int nb_kabs = first + (j + kStages) * kKeys + tid;
+      const bool nb_do = tid < kKeys && nb_kabs < key_hi;
+      const int32_t nb_block = nb_do ? table[nb_kabs >> p.log2_block_size] : 0;
+
+      const int start = first + j * kKeys;
+      const unsigned char* tk = s_kv + (j % kStages) * Cfg::kStageBytes + warp * 16 * kRowBytes;
+      const unsigned char* tv = tk + kKeys * kRowBytes;
+      const bool full = start >= key_lo && start >= full_lo && start + kKeys <= full_hi;
+      attend(tk, tv, start + warp * 16, full, key_hi);
+      // Rank 1's tail landed with stage 0: warp 0 attends it now, while the ring streams, not after
+      // the last stage (run o5's trace: rank 1 still ended its loop ~1 us after rank 0).
+      if (tail > 0 && j == 0 && warp == 0) attend_tail();
+
+      if (nb_do) s_kb[((j + kStages) % kStages) * kKeys + tid] = key_base(nb_kabs, nb_block);
+    }
+    // A tail without stages (not met by pair cuts; kept exact): attended here.
+    if (tail > 0 && num_stages == 0) {
+      cp_async_wait<0>();
+      __syncthreads();
+      if (warp == 0) attend_tail();
+    }
+
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
+      l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
+    }
+
+    stamp(3);
+    // The warps hold the same 16 rows over different keys: combine through shared memory (the
+    // stage ring, idle now).
+    constexpr int kRS = Cfg::kReduceStride;
+    float* red_o = reinterpret_cast<float*>(smem);  // [kWarps][16][kRS]
+    float* red_m = red_o + Cfg::kWarps * 16 * kRS;  // [kWarps][16]
+    float* red_l = red_m + Cfg::kWarps * 16;
+    cp_async_wait<0>();
+    __syncthreads();
+    {
+      const int t = lane % 4, g = lane / 4;
+      float* w_o = red_o + warp * 16 * kRS;
+      // Rows 8..15 only where the item has them (a group of <= 8 one-token rows fills half the
+      // tile): the combine below reads valid rows alone.
+      const bool high_rows = row_end - it.row_begin > 8;
+#pragma unroll
+      for (int tile = 0; tile < D / 8; ++tile) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          w_o[g * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
+        if (high_rows) {
+#pragma unroll
+          for (int e = 2; e < 4; ++e)
+            w_o[(g + 8) * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
+        }
+      }
+      if (t == 0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          red_m[warp * 16 + g + 8 * i] = m[i];
+          red_l[warp * 16 + g + 8 * i] = l[i];
         }
       }
     }
-
-    // Online softmax per row; a row with nothing visible yet keeps m = -inf and weight 0.
-    float alpha[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = fmaxf(fmaxf(s[0][2 * i], s[0][2 * i + 1]), fmaxf(s[1][2 * i], s[1][2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[i], mx);
-      const float base = m_new == kNegInf ? 0.0f : m_new;
-      alpha[i] = fast_exp2(m[i] - base);
-      m[i] = m_new;
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < 2; ++nt) {
-        s[nt][2 * i] = fast_exp2(s[nt][2 * i] - base);
-        s[nt][2 * i + 1] = fast_exp2(s[nt][2 * i + 1] - base);
-        sum += s[nt][2 * i] + s[nt][2 * i + 1];
-      }
-      l[i] = l[i] * alpha[i] + sum;
-    }
-    // Once the maxima settle (most stages of a long context) alpha is exactly 1: skip the
-    // D/2 multiplies per thread.
-    if (!warp_rescale_is_identity(alpha[0], alpha[1])) {
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn][0] *= alpha[0];
-        o[dn][1] *= alpha[0];
-        o[dn][2] *= alpha[1];
-        o[dn][3] *= alpha[1];
-      }
-    }
-
-    // O += P V over this warp's 16 keys.
-    const uint32_t a[4] = {pack2<MmaT>(s[0][0], s[0][1]), pack2<MmaT>(s[0][2], s[0][3]),
-                           pack2<MmaT>(s[1][0], s[1][1]), pack2<MmaT>(s[1][2], s[1][3])};
-    decode::decode_pv<D, kRowBytes, kFp8, MmaT>(o, a, tv, lane);
-  };
-
-  // Rank 1's tail as warp 0's one more 16-key tile (rows past it masked, their V rows zero).
-  auto attend_tail = [&] {
-    attend(tail_k, tail_k + 8 * kRowBytes, key_lo, false, min(main_lo, key_hi));
-  };
-
-  for (int j = 0; j < num_stages; ++j) {
-    cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies)
-    __syncthreads();               // everyone's copies; stage j - 1's slot is free again
-    if (j == 0) stamp(2);
-    if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
-    cp_async_commit();
-    // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
-    // latency hides behind this stage. Slot (j + kStages) % kStages was last read when stage j
-    // was issued, before this iteration's barrier.
-    const int nb_kabs = first + (j + kStages) * kKeys + tid;
-    const bool nb_do = tid < kKeys && nb_kabs < key_hi;
-    const int32_t nb_block = nb_do ? table[nb_kabs >> p.log2_block_size] : 0;
-
-    const int start = first + j * kKeys;
-    const unsigned char* tk = s_kv + (j % kStages) * Cfg::kStageBytes + warp * 16 * kRowBytes;
-    const unsigned char* tv = tk + kKeys * kRowBytes;
-    const bool full = start >= key_lo && start >= full_lo && start + kKeys <= full_hi;
-    attend(tk, tv, start + warp * 16, full, key_hi);
-    // Rank 1's tail landed with stage 0: warp 0 attends it now, while the ring streams, not after
-    // the last stage (run o5's trace: rank 1 still ended its loop ~1 us after rank 0).
-    if (tail > 0 && j == 0 && warp == 0) attend_tail();
-
-    if (nb_do) s_kb[((j + kStages) % kStages) * kKeys + tid] = key_base(nb_kabs, nb_block);
-  }
-  // A tail without stages (not met by pair cuts; kept exact): attended here.
-  if (tail > 0 && num_stages == 0) {
-    cp_async_wait<0>();
     __syncthreads();
-    if (warp == 0) attend_tail();
-  }
 
+    // Pair launches (the wide form; clusters of 2 on sm_90): rank 1 pushes its normalized rows and
+    // LSEs into rank 0's peer buffers, rank 0 leaves its own in place (warp 0's combine rows, which
+    // only this thread reads at (r, d)) and merges after the cluster barrier.
+    [[maybe_unused]] float* peer_o = reinterpret_cast<float*>(smem + Cfg::kOffPeer);  // [16][D]
+    [[maybe_unused]] float* peer_lse = peer_o + 16 * D;                               // [16]
+    [[maybe_unused]] float* own_lse = peer_lse + 16;                                  // [16]
+    for (int idx = tid; idx < 16 * (D / 4); idx += kThreads) {
+      const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
+      if (gr >= row_end) continue;
+      float mx = kNegInf;
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 1);
-    l[i] += __shfl_xor_sync(0xffffffffu, l[i], 2);
-  }
-
-  stamp(3);
-  // The warps hold the same 16 rows over different keys: combine through shared memory (the
-  // stage ring, idle now).
-  constexpr int kRS = Cfg::kReduceStride;
-  float* red_o = reinterpret_cast<float*>(smem);  // [kWarps][16][kRS]
-  float* red_m = red_o + Cfg::kWarps * 16 * kRS;  // [kWarps][16]
-  float* red_l = red_m + Cfg::kWarps * 16;
-  cp_async_wait<0>();
-  __syncthreads();
-  {
-    const int t = lane % 4, g = lane / 4;
-    float* w_o = red_o + warp * 16 * kRS;
-    // Rows 8..15 only where the item has them (a group of <= 8 one-token rows fills half the
-    // tile): the combine below reads valid rows alone.
-    const bool high_rows = row_end - it.row_begin > 8;
+      for (int w = 0; w < Cfg::kWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
+      const float base = mx == kNegInf ? 0.0f : mx;
+      float lv = 0.0f;
+      float4 ov = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-    for (int tile = 0; tile < D / 8; ++tile) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        w_o[g * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
-      if (high_rows) {
-#pragma unroll
-        for (int e = 2; e < 4; ++e)
-          w_o[(g + 8) * kRS + decode::decode_o_dim<kFp8>(tile, e, t)] = o[tile][e];
+      for (int w = 0; w < Cfg::kWarps; ++w) {
+        const float f = exp2f(red_m[w * 16 + r] - base);
+        const float4 x = *reinterpret_cast<const float4*>(red_o + (w * 16 + r) * kRS + d);
+        lv += red_l[w * 16 + r] * f;
+        ov.x += x.x * f;
+        ov.y += x.y * f;
+        ov.z += x.z * f;
+        ov.w += x.w * f;
       }
-    }
-    if (t == 0) {
-#pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        red_m[warp * 16 + g + 8 * i] = m[i];
-        red_l[warp * 16 + g + 8 * i] = l[i];
+      const int head = it.q_head + gr % rpt;
+      const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
+      float lse = lv > 0.0f ? (base + log2f(lv)) * 0.6931471805599453f : kNegInf;
+      float scale = lv > 0.0f ? p.v_scale / lv : 0.0f;
+      if constexpr (kPairs) {
+        const float4 v = make_float4(ov.x * scale, ov.y * scale, ov.z * scale, ov.w * scale);
+        if (rank != 0) {
+          cluster::store_remote4(peer_o + r * D + d, 0, v);
+          if (d == 0) cluster::store_remote(peer_lse + r, 0, lse);
+        } else {
+          *reinterpret_cast<float4*>(red_o + r * kRS + d) = v;
+          if (d == 0) own_lse[r] = lse;
+        }
+        continue;
       }
+      if (it.split >= 0) {
+        const int64_t prow = int64_t(it.split) * p.num_tokens * p.num_q_heads + row;
+        *reinterpret_cast<float4*>(p.partial_out + prow * D + d) =
+            make_float4(ov.x * scale, ov.y * scale, ov.z * scale, ov.w * scale);
+        if (d == 0) p.partial_lse[prow] = lse;
+        continue;
+      }
+      if (p.sinks != nullptr) fold_sink(p.sinks[head], lse, scale);
+      uint2 packed;
+      packed.x = pack2<T>(ov.x * scale, ov.y * scale);
+      packed.y = pack2<T>(ov.z * scale, ov.w * scale);
+      *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
+      if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
     }
-  }
-  __syncthreads();
-
-  // Pair launches (the wide form; clusters of 2 on sm_90): rank 1 pushes its normalized rows and
-  // LSEs into rank 0's peer buffers, rank 0 leaves its own in place (warp 0's combine rows, which
-  // only this thread reads at (r, d)) and merges after the cluster barrier.
-  [[maybe_unused]] float* peer_o = reinterpret_cast<float*>(smem + Cfg::kOffPeer);  // [16][D]
-  [[maybe_unused]] float* peer_lse = peer_o + 16 * D;                               // [16]
-  [[maybe_unused]] float* own_lse = peer_lse + 16;                                  // [16]
-  for (int idx = tid; idx < 16 * (D / 4); idx += kThreads) {
-    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
-    if (gr >= row_end) continue;
-    float mx = kNegInf;
-#pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) mx = fmaxf(mx, red_m[w * 16 + r]);
-    const float base = mx == kNegInf ? 0.0f : mx;
-    float lv = 0.0f;
-    float4 ov = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int w = 0; w < Cfg::kWarps; ++w) {
-      const float f = exp2f(red_m[w * 16 + r] - base);
-      const float4 x = *reinterpret_cast<const float4*>(red_o + (w * 16 + r) * kRS + d);
-      lv += red_l[w * 16 + r] * f;
-      ov.x += x.x * f;
-      ov.y += x.y * f;
-      ov.z += x.z * f;
-      ov.w += x.w * f;
-    }
-    const int head = it.q_head + gr % rpt;
-    const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
-    float lse = lv > 0.0f ? (base + log2f(lv)) * 0.6931471805599453f : kNegInf;
-    float scale = lv > 0.0f ? p.v_scale / lv : 0.0f;
     if constexpr (kPairs) {
-      const float4 v = make_float4(ov.x * scale, ov.y * scale, ov.z * scale, ov.w * scale);
-      if (rank != 0) {
-        cluster::store_remote4(peer_o + r * D + d, 0, v);
-        if (d == 0) cluster::store_remote(peer_lse + r, 0, lse);
-      } else {
-        *reinterpret_cast<float4*>(red_o + r * kRS + d) = v;
-        if (d == 0) own_lse[r] = lse;
-      }
-      continue;
+      stamp(4);
+      cluster::sync();  // the peer's pushes have landed; it may exit after this
+      stamp(5);
+      if (rank == 0) decode_pair_merge<D, T>(p, it, row_end, red_o, kRS, own_lse, peer_o, peer_lse);
     }
-    if (it.split >= 0) {
-      const int64_t prow = int64_t(it.split) * p.num_tokens * p.num_q_heads + row;
-      *reinterpret_cast<float4*>(p.partial_out + prow * D + d) =
-          make_float4(ov.x * scale, ov.y * scale, ov.z * scale, ov.w * scale);
-      if (d == 0) p.partial_lse[prow] = lse;
-      continue;
+    stamp(6);
+    if (trace != nullptr) {
+      trace[7] = sm_id();
+      trace[8] = static_cast<unsigned long long>(num_stages);
     }
-    if (p.sinks != nullptr) fold_sink(p.sinks[head], lse, scale);
-    uint2 packed;
-    packed.x = pack2<T>(ov.x * scale, ov.y * scale);
-    packed.y = pack2<T>(ov.z * scale, ov.w * scale);
-    *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
-    if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
-  }
-  if constexpr (kPairs) {
-    stamp(4);
-    cluster::sync();  // the peer's pushes have landed; it may exit after this
-    stamp(5);
-    if (rank == 0) decode_pair_merge<D, T>(p, it, row_end, red_o, kRS, own_lse, peer_o, peer_lse);
-  }
-  stamp(6);
-  if (trace != nullptr) {
-    trace[7] = sm_id();
-    trace[8] = static_cast<unsigned long long>(num_stages);
   }
 }
 
@@ -648,7 +661,8 @@ cudaError_t launch_paged_decode_config(const UnifiedParams& p, cudaStream_t stre
   e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                            cudaSharedmemCarveoutMaxShared);
   if (e != cudaSuccess) return e;
-  return launch_kernel_in_clusters(p.pdl != 0, kWide != 0 ? 2 : 1, kernel, dim3(p.num_items),
+  const int grid = p.block_items != nullptr ? p.num_blocks : p.num_items;
+  return launch_kernel_in_clusters(p.pdl != 0, kWide != 0 ? 2 : 1, kernel, dim3(grid),
                                    dim3(Cfg::kThreads), Cfg::kSmemBytes, stream, p);
 }
 
@@ -694,9 +708,10 @@ cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream
       e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e != cudaSuccess) return e;
     if (!kDecodeClusterBuilt<D, T, KvT> || major < 9 || p.cluster_splits != 2 ||
-        p.num_items % 2 != 0)
+        p.num_items % 2 != 0 || p.block_items != nullptr)
       return cudaErrorInvalidValue;
   }
+  if (p.block_items != nullptr && p.num_blocks < 1) return cudaErrorInvalidValue;
   if (p.num_items == 0) return cudaSuccess;
   if constexpr (kDecodeClusterBuilt<D, T, KvT>) {
     if (p.cluster_splits != 0) {

@@ -57,6 +57,10 @@ struct UnifiedParams {
                                 // partial buffers, no merge launch)
   unsigned long long* trace;    // split-KV decode, wide form only: null, or kDecodeTraceSlots
                                 // stamps per block (decode/launch.h; a timing probe for tests)
+  const int32_t* block_items;   // split-KV decode, not with cluster_splits: null (one item per
+                                // block), or [num_blocks + 1]: block b runs items
+                                // [block_items[b], block_items[b + 1]) in turn (decode segments)
+  int32_t num_blocks;           // the grid where block_items is set
   int32_t* item_counter;        // the flash kernel's persistent modes: two ints, zero before the
                                 // launch (items claimed past the grid, CTAs finished); the last
                                 // CTA to finish zeroes them again for the next launch

@@ -772,6 +772,60 @@ TEST(GpuGraph, CaptureAndReplay) {
 #endif
 }
 
+#ifdef TRIPATH_WITH_CUDA
+// A captured three_path run with one variant variable set: the output of one replay over a
+// poisoned buffer, and the grid width of each kernel node of the graph.
+struct VariantReplay {
+  std::vector<uint16_t> out;
+  std::vector<unsigned> grids;
+};
+void replay_three_path(const char* variable, const char* value, const HostStep& s, DeviceStep& d,
+                       VariantReplay& r) {
+  cudaStream_t stream;
+  TRIPATH_TEST_CUDA(cudaStreamCreate(&stream));
+  d.views.in.stream = stream;
+  std::unique_ptr<AttentionBackend> backend;
+  {
+    ScopedEnv env(variable, value);
+    backend = create_attention_backend("three_path");
+  }
+  backend->prepare(s.plan, d.views.params, stream);
+  TRIPATH_TEST_CUDA(cudaMemset(d.out.get(), 0xFF, d.out_elems * 2));
+  {
+    CapturedRun cap;
+    ASSERT_NO_FATAL_FAILURE(capture_run(*backend, s.plan, d.views, stream, cap));
+    size_t count = 0;
+    TRIPATH_TEST_CUDA(cudaGraphGetNodes(cap.graph, nullptr, &count));
+    std::vector<cudaGraphNode_t> nodes(count);
+    TRIPATH_TEST_CUDA(cudaGraphGetNodes(cap.graph, nodes.data(), &count));
+    for (cudaGraphNode_t n : nodes) {
+      cudaGraphNodeType type;
+      TRIPATH_TEST_CUDA(cudaGraphNodeGetType(n, &type));
+      if (type != cudaGraphNodeTypeKernel) continue;
+      cudaKernelNodeParams kp{};
+      TRIPATH_TEST_CUDA(cudaGraphKernelNodeGetParams(n, &kp));
+      r.grids.push_back(kp.gridDim.x);
+    }
+    TRIPATH_TEST_CUDA(cudaGraphLaunch(cap.exec, stream));
+    TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
+  }
+  r.out = d.out.download<uint16_t>(d.out_elems);
+  cudaStreamDestroy(stream);
+}
+
+// Elements of two bf16 outputs apart by more than the merge order's rounding, or unwritten
+// (still the 0xFFFF poison) in either.
+int outputs_apart(const std::vector<uint16_t>& x, const std::vector<uint16_t>& y) {
+  int far = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float a = bf16_to_float(x[i]), b = bf16_to_float(y[i]);
+    if (x[i] == 0xFFFF || y[i] == 0xFFFF || !(std::fabs(a - b) <= 2e-2f * (1.0f + std::fabs(a))))
+      ++far;
+  }
+  return far;
+}
+#endif
+
 // three_path's 2-CTA cluster decode (TRIPATH_DECODE_CLUSTER=1) really replaces the planner's
 // splits and their merge on the shape it is for: a decode batch of as many requests of 4096
 // keys as clusters fit in one wave at 8 query / 1 KV head captures one kernel fewer than with the
@@ -793,37 +847,13 @@ TEST(GpuGraph, DecodePairsDropTheMergeLaunch) {
                          1, build_info().gpu_sm_count, 11);
   DeviceStep d;
   upload_step(c, s, d);
-  const size_t out_elems = d.out_elems;
-  DeviceMem& out = d.out;
-  Views& g = d.views;
-  cudaStream_t stream;
-  TRIPATH_TEST_CUDA(cudaStreamCreate(&stream));
-  g.in.stream = stream;
-  size_t nodes[2] = {0, 0};
-  std::vector<uint16_t> results[2];
-  for (int cluster : {0, 1}) {
-    std::unique_ptr<AttentionBackend> backend;
-    {
-      ScopedEnv env("TRIPATH_DECODE_CLUSTER", cluster == 1 ? "1" : "0");
-      backend = create_attention_backend("three_path");
-    }
-    backend->prepare(s.plan, g.params, stream);
-    TRIPATH_TEST_CUDA(cudaMemset(out.get(), 0xFF, out_elems * 2));
-    CapturedRun cap;
-    ASSERT_NO_FATAL_FAILURE(capture_run(*backend, s.plan, g, stream, cap));
-    TRIPATH_TEST_CUDA(cudaGraphGetNodes(cap.graph, nullptr, &nodes[cluster]));
-    TRIPATH_TEST_CUDA(cudaGraphLaunch(cap.exec, stream));
-    TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
-    results[cluster] = out.download<uint16_t>(out_elems);
-  }
-  cudaStreamDestroy(stream);
-  EXPECT_EQ(nodes[1] + 1, nodes[0]) << "graph nodes with / without the cluster decode";
-  int far = 0;
-  for (size_t i = 0; i < out_elems; ++i) {
-    const float a = bf16_to_float(results[0][i]), b = bf16_to_float(results[1][i]);
-    if (!(std::fabs(a - b) <= 2e-2f * (1.0f + std::fabs(a)))) ++far;
-  }
-  EXPECT_EQ(far, 0) << "outputs apart between the two decode forms";
+  VariantReplay merged, pairs_run;
+  ASSERT_NO_FATAL_FAILURE(replay_three_path("TRIPATH_DECODE_CLUSTER", "0", s, d, merged));
+  ASSERT_NO_FATAL_FAILURE(replay_three_path("TRIPATH_DECODE_CLUSTER", "1", s, d, pairs_run));
+  EXPECT_EQ(pairs_run.grids.size() + 1, merged.grids.size())
+      << "kernels with / without the cluster decode";
+  EXPECT_EQ(outputs_apart(merged.out, pairs_run.out), 0)
+      << "outputs apart between the two decode forms";
 #endif
 }
 
@@ -847,50 +877,16 @@ TEST(GpuGraph, DecodeSegmentsRunOneBlockPerSegment) {
   ASSERT_NE(seg_grid, split_grid);
   DeviceStep d;
   upload_step(c, s, d);
-  Views& g = d.views;
-  cudaStream_t stream;
-  TRIPATH_TEST_CUDA(cudaStreamCreate(&stream));
-  g.in.stream = stream;
-  std::vector<uint16_t> results[2];
-  for (int segments : {0, 1}) {
-    std::unique_ptr<AttentionBackend> backend;
-    {
-      ScopedEnv env("TRIPATH_DECODE_SEGMENTS", segments == 1 ? "1" : "0");
-      backend = create_attention_backend("three_path");
-    }
-    backend->prepare(s.plan, g.params, stream);
-    TRIPATH_TEST_CUDA(cudaMemset(d.out.get(), 0xFF, d.out_elems * 2));
-    CapturedRun cap;
-    ASSERT_NO_FATAL_FAILURE(capture_run(*backend, s.plan, g, stream, cap));
-    size_t count = 0;
-    TRIPATH_TEST_CUDA(cudaGraphGetNodes(cap.graph, nullptr, &count));
-    std::vector<cudaGraphNode_t> nodes(count);
-    TRIPATH_TEST_CUDA(cudaGraphGetNodes(cap.graph, nodes.data(), &count));
-    std::vector<unsigned> grids;
-    for (cudaGraphNode_t n : nodes) {
-      cudaGraphNodeType type;
-      TRIPATH_TEST_CUDA(cudaGraphNodeGetType(n, &type));
-      if (type != cudaGraphNodeTypeKernel) continue;
-      cudaKernelNodeParams kp{};
-      TRIPATH_TEST_CUDA(cudaGraphKernelNodeGetParams(n, &kp));
-      grids.push_back(kp.gridDim.x);
-    }
-    const unsigned want = segments == 1 ? seg_grid : split_grid;
-    EXPECT_NE(std::find(grids.begin(), grids.end(), want), grids.end())
-        << "no kernel of grid " << want << " with TRIPATH_DECODE_SEGMENTS=" << segments;
-    TRIPATH_TEST_CUDA(cudaGraphLaunch(cap.exec, stream));
-    TRIPATH_TEST_CUDA(cudaStreamSynchronize(stream));
-    results[segments] = d.out.download<uint16_t>(d.out_elems);
-  }
-  cudaStreamDestroy(stream);
-  int far = 0, unwritten = 0;
-  for (size_t i = 0; i < d.out_elems; ++i) {
-    unwritten += results[1][i] == 0xFFFF;
-    const float a = bf16_to_float(results[0][i]), b = bf16_to_float(results[1][i]);
-    if (!(std::fabs(a - b) <= 2e-2f * (1.0f + std::fabs(a)))) ++far;
-  }
-  EXPECT_EQ(unwritten, 0);
-  EXPECT_EQ(far, 0) << "outputs apart between segments and splits";
+  VariantReplay splits, segments;
+  ASSERT_NO_FATAL_FAILURE(replay_three_path("TRIPATH_DECODE_SEGMENTS", "0", s, d, splits));
+  ASSERT_NO_FATAL_FAILURE(replay_three_path("TRIPATH_DECODE_SEGMENTS", "1", s, d, segments));
+  auto has = [](const VariantReplay& r, unsigned grid) {
+    return std::find(r.grids.begin(), r.grids.end(), grid) != r.grids.end();
+  };
+  EXPECT_TRUE(has(splits, split_grid)) << "no kernel of the splits' grid " << split_grid;
+  EXPECT_TRUE(has(segments, seg_grid)) << "no kernel of the segments' grid " << seg_grid;
+  EXPECT_FALSE(has(segments, split_grid)) << "the splits ran with segments on";
+  EXPECT_EQ(outputs_apart(splits.out, segments.out), 0) << "segments and splits apart";
 #endif
 }
 

@@ -103,18 +103,14 @@ void use_input_layout(const StepInput& in, StepPlan& p) {
 // faster than the splits by more than its 2% margin: the longest segment, each piece charged
 // one item overhead, against the splits' greedy makespan; each side pays the merge launch when
 // a request has several parts. One segment per slot per KV head, so the launch is one wave.
-void plan_decode_segments(const StepInput& in, StepPlan& p) {
+// `lens`: the keys each decode request attends this step (0 without query tokens).
+void plan_decode_segments(const StepInput& in, const std::vector<int32_t>& lens, StepPlan& p) {
   using plan_detail::kItemOverheadKeys;
   using plan_detail::kMergeKeys;
   const int32_t nd = p.decode.num_requests();
   const int64_t slots = static_cast<int64_t>(in.num_work_units) * in.split_waves;
   const int64_t segments = std::min<int64_t>(slots / in.num_kv_heads, 1 << 20);
   if (in.decode_segments == 0 || p.num_splits() == 0 || segments < 2) return;
-  std::vector<int32_t> lens(static_cast<size_t>(nd));
-  for (int32_t d = 0; d < nd; ++d) {
-    const int32_t i = p.decode.begin + d;
-    lens[d] = p.query_lens[i] > 0 ? p.seq_len(i) : 0;
-  }
   std::vector<int32_t> cu, starts, piece_lens, segment_cu;
   partition_decode_segments(lens, static_cast<int>(segments), p.block_size,
                             static_cast<int>(kItemOverheadKeys), cu, starts, piece_lens,
@@ -244,10 +240,11 @@ StepPlan plan_step(const StepInput& in) {
   p.split_tokens = choose_split_tokens(decode_kv, in.num_work_units, in.num_kv_heads,
                                        in.min_split_tokens, in.split_waves, bs);
   p.decode_cu_splits.assign(p.decode.num_requests() + 1, 0);
+  // The keys each decode request attends: none without query tokens this step (no splits).
+  std::vector<int32_t> attended(static_cast<size_t>(p.decode.num_requests()));
   for (int32_t d = 0; d < p.decode.num_requests(); ++d) {
     const int32_t i = p.decode.begin + d;
-    // A request with no query tokens this step needs no splits.
-    const int32_t len = p.query_lens[i] > 0 ? p.seq_len(i) : 0;
+    const int32_t len = attended[d] = p.query_lens[i] > 0 ? p.seq_len(i) : 0;
     for (int32_t start = 0; start < len; start += p.split_tokens) {
       p.split_request.push_back(i);
       p.split_kv_start.push_back(start);
@@ -255,7 +252,7 @@ StepPlan plan_step(const StepInput& in) {
     }
     p.decode_cu_splits[d + 1] = p.num_splits();
   }
-  plan_decode_segments(in, p);
+  plan_decode_segments(in, attended, p);
   if (!p.is_ordered) use_input_layout(in, p);
   return p;
 }

@@ -332,6 +332,8 @@ TEST(DecodeSegments, PartitionByHand) {
                        "num_segments");
   EXPECT_TRIPATH_ERROR(tripath::partition_decode_segments({10}, 2, 0, 64, cu, start, len, seg),
                        "align");
+  EXPECT_TRIPATH_ERROR(tripath::partition_decode_segments({10}, 2, 16, -1, cu, start, len, seg),
+                       "snap");
 }
 
 // The planner takes segments where its model says uniform splits leave slots idle: on

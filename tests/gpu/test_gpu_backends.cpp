@@ -903,6 +903,16 @@ TEST(GpuErrors, DecodeBlockItemsChecked) {
   p.num_blocks = 0;
   EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
             cudaErrorInvalidValue);
+  // With pair clusters (the launcher asks the device's compute capability first: GPU only).
+  if (build_info().gpu_found) {
+    const int32_t pair_items[2] = {0, 2};
+    p.num_items = 2;
+    p.block_items = pair_items;
+    p.num_blocks = 1;
+    p.cluster_splits = 2;
+    EXPECT_EQ(kernels::launch_paged_decode(128, DType::kBF16, DType::kBF16, p, nullptr),
+              cudaErrorInvalidValue);
+  }
 #else
   GTEST_SKIP() << "built without CUDA";
 #endif

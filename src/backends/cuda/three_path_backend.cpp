@@ -54,6 +54,20 @@ void add_items(std::vector<UnifiedWorkItem>& items, const StepPlan& plan, int32_
       items.push_back({i, g, g * group, rb, kv_begin, kv_end, split, 0});
 }
 
+// Each decode token's part count for the merge: decode request d has cu[d + 1] - cu[d] parts
+// (the planner's splits or its segments' pieces). Returns the largest count.
+int32_t decode_token_parts(const StepPlan& plan, const std::vector<int32_t>& cu,
+                           std::vector<int32_t>& token_parts) {
+  token_parts.assign(static_cast<size_t>(plan.num_tokens), 0);
+  int32_t most = 0;
+  for (int32_t d = 0; d < plan.decode.num_requests(); ++d) {
+    const int32_t i = plan.decode.begin + d, parts = cu[d + 1] - cu[d];
+    most = std::max(most, parts);
+    for (int32_t t = 0; t < plan.query_lens[i]; ++t) token_parts[plan.cu_seqlens_q[i] + t] = parts;
+  }
+  return most;
+}
+
 // Longest key ranges first, so the launch does not end on one long block.
 void longest_first(std::vector<UnifiedWorkItem>& items, size_t begin, const StepPlan& plan,
                    int group, int rows_per_item) {
@@ -140,18 +154,13 @@ class ThreePathBackend final : public CudaAttentionBackend {
     decode_tile_ = plan.max_decode_query_len * group <= 16 ? kernels::kRows16 : kernels::kRows64;
     max_decode_query_ = std::max(1, plan.max_decode_query_len);
     const int decode_rows = decode_tile_ == kernels::kRows64 ? 64 : 16;
-    decode_splits_ = 0;
-    for (int32_t d = 0; d < plan.decode.num_requests(); ++d)
-      decode_splits_ =
-          std::max(decode_splits_, plan.decode_cu_splits[d + 1] - plan.decode_cu_splits[d]);
+    std::vector<int32_t> token_parts;
+    decode_splits_ = decode_token_parts(plan, plan.decode_cu_splits, token_parts);
     // One split per request: the kernel writes the output itself, no partials and no merge.
     decode_direct_ = decode_splits_ <= 1;
-    std::vector<int32_t> token_parts(static_cast<size_t>(plan.num_tokens), 0);
     for (int32_t d = 0; d < plan.decode.num_requests(); ++d) {
       const int32_t i = plan.decode.begin + d;
       const int32_t first = plan.decode_cu_splits[d], count = plan.decode_cu_splits[d + 1] - first;
-      for (int32_t t = 0; t < plan.query_lens[i]; ++t)
-        token_parts[plan.cu_seqlens_q[i] + t] = count;
       for (int32_t s = 0; s < count; ++s) {
         const int32_t start = plan.split_kv_start[first + s];
         add_items(items, plan, i, group, hkv, decode_rows, start,
@@ -297,7 +306,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
         p.cluster_splits = l.pairs ? 2 : 0;
         if (l.segments) {
           p.block_items = arena().at<int32_t>(block_items_offset_);
-          p.num_blocks = segment_blocks_;
+          p.num_blocks = plan.num_segments() * params.num_kv_heads;
         }
         TRIPATH_CUDA_CHECK(
             kernels::launch_paged_decode(params.head_dim, in.q.dtype, kv, p, stream));
@@ -386,17 +395,9 @@ class ThreePathBackend final : public CudaAttentionBackend {
   bool add_decode_segments(std::vector<UnifiedWorkItem>& items, std::vector<int32_t>& block_items,
                            std::vector<int32_t>& token_parts, const StepPlan& plan, int group,
                            int hkv) {
-    const int32_t segments = plan.num_segments(), nd = plan.decode.num_requests();
+    const int32_t segments = plan.num_segments();
     if (segments == 0) return false;
-    segment_parts_ = 0;
-    token_parts.assign(static_cast<size_t>(plan.num_tokens), 0);
-    for (int32_t d = 0; d < nd; ++d) {
-      const int32_t i = plan.decode.begin + d;
-      const int32_t parts = plan.decode_cu_pieces[d + 1] - plan.decode_cu_pieces[d];
-      segment_parts_ = std::max(segment_parts_, parts);
-      for (int32_t t = 0; t < plan.query_lens[i]; ++t)
-        token_parts[plan.cu_seqlens_q[i] + t] = parts;
-    }
+    segment_parts_ = decode_token_parts(plan, plan.decode_cu_pieces, token_parts);
     segment_direct_ = segment_parts_ <= 1;
     const size_t first = items.size();
     block_items.assign(1, 0);
@@ -412,7 +413,6 @@ class ThreePathBackend final : public CudaAttentionBackend {
         block_items.push_back(static_cast<int32_t>(items.size() - first));
       }
     }
-    segment_blocks_ = segments * hkv;
     push_launch(items, kernels::kRows16, Launch::kDecode, -1, false, false, true);
     return true;
   }
@@ -548,7 +548,6 @@ class ThreePathBackend final : public CudaAttentionBackend {
   bool decode_segments_ = false;  // this plan has the segments' item set (add_decode_segments)
   bool segment_direct_ = false;   // ... and no request has two pieces: final output, no merge
   int32_t segment_parts_ = 0;     // the most pieces of one request
-  int32_t segment_blocks_ = 0;    // the segments' grid: segments x KV heads
   int32_t decode_slots_ = 0;      // partial slots in the workspace (the larger item set's)
   size_t block_items_offset_ = 0, segment_token_parts_offset_ = 0;
   int32_t max_decode_query_ = 1;

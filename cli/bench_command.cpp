@@ -53,6 +53,7 @@ struct Options {
   std::string json_path;
   std::string dtype = "bf16";
   std::string layout = "nhd";
+  std::string timing = "held";
   double scale = 1.0;
   double tolerance = 1e-3;
   long long repeats = kGpuRepeats;
@@ -260,7 +261,7 @@ void bench_on_gpu(Backend& backend, Step& step, const std::optional<ReferenceOut
   };
   std::vector<double> times =
       time_gpu_calls(call, static_cast<int>(options.warmup), static_cast<int>(options.repeats),
-                     true, &e.graph_used);
+                     true, &e.graph_used, options.timing == "held");
   for (double& t : times) t /= copies;
   e.timing = summarize(std::move(times));
   e.timed = true;
@@ -476,6 +477,10 @@ int run_bench(const std::vector<std::string>& args) {
   flags.add_choice("dtype", &o.dtype, {"bf16", "f16", "f32", "fp8_e4m3"},
                    "KV cache dtype (q and outputs are bf16 when the cache is fp8)");
   flags.add_choice("layout", &o.layout, {"nhd", "hnd", "tiled"}, "KV cache layout (MHA)");
+  flags.add_choice("timing", &o.timing, {"held", "plain"},
+                   "GPU timing: held = the stream is held while each replay and its events are "
+                   "enqueued (the GPU's work alone); plain = the start event runs on an idle "
+                   "stream, so the host's submission of the replay is timed too");
   flags.add_int("block-size", &o.block_size, 1, 256, "tokens per cache block, a power of two");
   flags.add_int("split-waves", &o.split_waves, 1, 64,
                 "decode split-KV target: work items = waves x work units (StepInput::split_waves; "
@@ -571,7 +576,8 @@ int run_bench(const std::vector<std::string>& args) {
       any_gpu_backend && info.gpu_sm_count > 0 ? info.gpu_sm_count : std::max(1, info.num_threads);
 
   const std::string timer_name =
-      any_gpu_backend ? std::string("CUDA events around CUDA-graph replays (GPU), ") +
+      any_gpu_backend ? std::string("CUDA events around CUDA-graph replays (GPU, ") +
+                            (o.timing == "held" ? "stream held while enqueued" : "plain") + "), " +
                             SteadyClockTimer().name() + " (CPU)"
                       : SteadyClockTimer().name();
   if (any_gpu_backend) {
@@ -643,6 +649,7 @@ int run_bench(const std::vector<std::string>& args) {
                        {"mla_split_waves", o.split_waves_set ? std::to_string(o.split_waves)
                                                              : "per backend (mla_split_waves)"},
                        {"timer", timer_name},
+                       {"timing", o.timing},
                        {"verify", o.verify},
                        {"tolerance", o.tolerance}};
     doc["metrics"] = {

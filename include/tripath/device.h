@@ -34,8 +34,13 @@ void device_synchronize();  // also surfaces any asynchronous kernel error
 // Times call(stream) on the GPU with CUDA events: `warmup` untimed calls, then `repeats` timed
 // ones (milliseconds each). With use_graph the call is captured once into a CUDA graph and each
 // timing is one replay; if the capture fails the plain call is timed and *graph_used is false.
+// With hold_stream a one-thread kernel holds the stream while the start event, the call and the
+// end event are enqueued, so each timing is the GPU's work from the start event on, without the
+// host's time to submit the call (a few microseconds, which a serving loop's queue hides);
+// without it the start event runs on an idle stream and the submission is timed too.
 std::vector<double> time_gpu_calls(const std::function<void(void* stream)>& call, int warmup,
-                                   int repeats, bool use_graph, bool* graph_used);
+                                   int repeats, bool use_graph, bool* graph_used,
+                                   bool hold_stream = true);
 
 // The ceilings GPU figures are reported against, measured in the same run (shared/BENCH.md):
 // the copy of 4 GiB (bytes read + written; the fastest of a one-load-per-thread kernel, a

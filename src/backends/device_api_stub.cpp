@@ -16,7 +16,8 @@ DeviceAllocation& DeviceAllocation::operator=(DeviceAllocation&&) noexcept = def
 void copy_to_device(void*, const void*, size_t) { no_cuda(); }
 void copy_to_host(void*, const void*, size_t) { no_cuda(); }
 void device_synchronize() { no_cuda(); }
-std::vector<double> time_gpu_calls(const std::function<void(void*)>&, int, int, bool, bool*) {
+std::vector<double> time_gpu_calls(const std::function<void(void*)>&, int, int, bool, bool*,
+                                   bool) {
   no_cuda();
 }
 GpuCeilings measure_gpu_ceilings() { no_cuda(); }

@@ -5,7 +5,8 @@
 // built head dim, block sizes 1/16/32/64, NHD/HND/tiled, contexts 0..70000, one split (final
 // output written directly) and several (uneven, some empty: partials + the merge kernel, the
 // planner's partition, or two merged inside 2-CTA clusters of the wide one-block-per-SM form,
-// 16-bit caches of head dim <= 128), window, soft-cap, sinks, LSE
+// 16-bit caches of head dim <= 128; or items run in per-block lists, as decode segments run),
+// window, soft-cap, sinks, LSE
 // on/off, a non-default scale, fp8 KV with distinct k/v scales, f16, decode_threshold 2 and 4 (MTP
 // rows). Repeated runs are bitwise identical. GpuDecodeBench times the kernel against the unified
 // kRows16 tile on the published decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
@@ -45,6 +46,10 @@ struct DecodeCase {
   // in distributed shared memory (UnifiedParams::cluster_splits), no partial buffers, no merge
   // kernel.
   bool cluster = false;
+  // Block lists (UnifiedParams::block_items, as decode segments launch): consecutive items in
+  // lists of 1, 2, 3, 4, 1, ... per block, so each block's later items run on metadata it
+  // prefetched while the item before streamed.
+  bool lists = false;
   std::vector<ReqShape> reqs;
 };
 
@@ -198,6 +203,16 @@ std::vector<DecodeCase> all_cases() {
     c.cluster = true;
     add(c, "cluster_" + m.name);
   }
+  // Block lists on every one-item-per-block case without a context over 5000 (the reference's
+  // cost): windows, sinks, fp8, every head dim, layout and block size, MTP rows, empty contexts.
+  for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
+    if (m.cluster || std::any_of(m.reqs.begin(), m.reqs.end(),
+                                 [](const ReqShape& r) { return r.context_len > 5000; }))
+      continue;
+    DecodeCase c = m;
+    c.lists = true;
+    add(c, "lists_" + m.name);
+  }
   return out;
 }
 
@@ -310,6 +325,14 @@ void check_case(const DecodeCase& c) {
   d_ctx.upload(plan.context_lens);
   d_items.upload(items);
   d_parts.upload(token_parts);
+  std::vector<int32_t> block_items;
+  DeviceMem d_block_items;
+  if (c.lists) {
+    const int32_t count = static_cast<int32_t>(items.size());
+    for (int32_t i = 0, b = 0; i < count; i += 1 + b % 4, ++b) block_items.push_back(i);
+    block_items.push_back(count);
+    d_block_items.upload(block_items);
+  }
   d_out.upload(std::vector<uint16_t>(static_cast<size_t>(rows * D), 0xFFFF));  // NaN
   d_lse.upload(std::vector<float>(static_cast<size_t>(rows), NAN));
   d_part_out.upload(std::vector<float>(static_cast<size_t>(max_parts * rows * D), NAN));
@@ -343,6 +366,10 @@ void check_case(const DecodeCase& c) {
   p.scale_log2 = p.score_scale * 1.4426950408889634f;
   p.softcap = c.softcap;
   p.v_scale = fp8 ? s.cache.v_scale : 1.0f;
+  if (c.lists) {
+    p.block_items = static_cast<const int32_t*>(d_block_items.get());
+    p.num_blocks = static_cast<int32_t>(block_items.size()) - 1;
+  }
   if (c.cluster) {
     // Items are (request, KV head)-major, split-minor: each pair of splits is one cluster.
     p.cluster_splits = 2;

@@ -1,9 +1,17 @@
-// The merge kernel against the reference merge (empty parts, all-empty rows, no NaN), and the
-// public device-dispatching cache write on every layout and dtype, bit for bit with the CPU.
+// The merge kernel against the reference merge (empty parts, all-empty rows, no NaN), the
+// public device-dispatching cache write on every layout and dtype, bit for bit with the CPU, and
+// the benchmark timer's stream hold.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <iostream>
 #include <random>
 
 #include "gpu_test_util.h"
+
+#ifdef TRIPATH_WITH_CUDA
+#include "common/stream_hold.h"
+#endif
 
 namespace tripath::gputest {
 namespace {
@@ -124,6 +132,59 @@ TEST(GpuCacheWrite, EveryLayoutAndDtypeMatchesCpu) {
       }
     }
   }
+#endif
+}
+
+#ifdef TRIPATH_WITH_CUDA
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+#endif
+
+// The held timer's interval covers the GPU's work (a 256 MiB memset cannot beat the H200's 4.8
+// TB/s peak) and leaves the host's submission out (never above the plain timer's median).
+TEST(GpuTiming, HeldStreamTimesTheGpuWorkAlone) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  constexpr size_t kBytes = size_t(256) << 20;
+  DeviceMem buf(kBytes);
+  int fill = 0;
+  auto call = [&](void* stream) {
+    ASSERT_EQ(cudaMemsetAsync(buf.get(), ++fill & 0xFF, kBytes, static_cast<cudaStream_t>(stream)),
+              cudaSuccess);
+  };
+  bool graph_used = false;
+  const double held = median_of(time_gpu_calls(call, 2, 15, true, &graph_used, true));
+  EXPECT_TRUE(graph_used);
+  const double plain = median_of(time_gpu_calls(call, 2, 15, true, nullptr, false));
+  const double floor_ms = kBytes / 4.8e12 * 1e3;
+  EXPECT_GE(held, floor_ms) << "held " << held << " ms, plain " << plain << " ms";
+  EXPECT_LE(held, plain + 0.005) << "held " << held << " ms, plain " << plain << " ms";
+  std::cout << "[ timing   ] 256 MiB memset: held " << held * 1e3 << " us, plain " << plain * 1e3
+            << " us\n";
+#endif
+}
+
+// A hold nobody releases ends at its timeout (the stream never hangs); a null flag is refused.
+TEST(GpuTiming, StreamHoldEndsAtItsTimeout) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  EXPECT_EQ(kernels::launch_stream_hold(nullptr, 1000, nullptr), cudaErrorInvalidValue);
+  int32_t* flag = nullptr;
+  TRIPATH_TEST_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&flag), sizeof(int32_t),
+                                  cudaHostAllocMapped));
+  *flag = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  const cudaError_t launched = kernels::launch_stream_hold(flag, 20'000'000ull, nullptr);
+  const cudaError_t synced = cudaDeviceSynchronize();
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  cudaFreeHost(flag);
+  EXPECT_EQ(launched, cudaSuccess);
+  EXPECT_EQ(synced, cudaSuccess);
+  EXPECT_GE(ms, 19.0);
+  EXPECT_LT(ms, 1000.0);
 #endif
 }
 

@@ -36,6 +36,11 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(smem)),
                "l"(gmem), "r"(src_bytes));
 }
+// 4-byte async copy global -> shared (.ca, the only form under 16 bytes): small metadata that a
+// later phase reads from shared memory without a dependent global round trip.
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(smem)), "l"(gmem));
+}
 // cp_async_16 with an L2 hint to fetch the whole 128-byte line: for rows streamed whole (K/V,
 // latent), where it only saves DRAM requests.
 __device__ __forceinline__ void cp_async_16_l2_128(void* smem, const void* gmem, bool valid) {

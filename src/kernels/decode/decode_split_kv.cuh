@@ -22,6 +22,11 @@
 // (decode_pair_merge): no partial buffers and no merge launch. three_path takes it for even
 // batches whose row sets, cut in halves, fit one wave (the 8-query / 1-KV-head shard).
 //
+// Block lists (p.block_items, decode segments): a block runs its pieces in turn, and while one
+// streams, the next one's item, lengths and first stages' block-table entries are copied into
+// shared memory (cp.async), so a piece boundary waits for one global round trip (its K/V) instead
+// of four.
+//
 // Specializations: head dim x q dtype (bf16, f16) x KV dtype (q dtype, fp8 e4m3), generated from
 // the unified table in src/kernels/CMakeLists.txt. Tests: tests/gpu/test_gpu_decode.cpp (also
 // its opt-in timing test, TRIPATH_DECODE_BENCH=1).
@@ -80,8 +85,15 @@ struct DecodeConfig {
   // Two blocks per SM: 228 KB per SM, 1 KB reserved per block; kWide: the 227 KB one block may
   // have.
   static constexpr int kSmemBudget = kWide != 0 ? 227 * 1024 : 113 * 1024;
+  // Block lists (decode segments, never the wide form): the next piece's item (8 ints), its
+  // lengths (tok0, tok1, context; 4 ints) and the block-table entries of its first kStages
+  // stages, prefetched into shared memory while this piece streams (next_piece below).
+  static constexpr bool kLists = kWide == 0;
+  static constexpr int kNextFixed = kLists ? 48 : 0;
+  static constexpr int kNextPerStage = kLists ? kKeys * 4 : 0;
   static constexpr int kStagesFit =
-      (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul - kSmemPeer) / (kStageBytes + kKeys * 8);
+      (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul - kSmemPeer - kNextFixed) /
+      (kStageBytes + kKeys * 8 + kNextPerStage);
   static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
   static_assert(kStages >= 2, "a stage ring of two at least");
   static constexpr int kSmemKV = kStages * kStageBytes;
@@ -92,7 +104,9 @@ struct DecodeConfig {
   static constexpr int kOffQh = kOffQ + kSmemQ;
   static constexpr int kOffKB = kOffQh + kSmemQh;
   static constexpr int kOffQmul = kOffKB + kStages * kKeys * 8;
-  static constexpr int kOffPeer = kOffQmul + kSmemQmul;
+  static constexpr int kOffNext = kOffQmul + kSmemQmul;  // item, lengths, then the entries
+  static constexpr int kSmemNext = kNextFixed + kStages * kNextPerStage;
+  static constexpr int kOffPeer = kOffNext + kSmemNext;
   static constexpr int kSmemBytes = kOffPeer + kSmemPeer;
   static constexpr bool kQInRegs = D <= 128;  // D/16 x 4 registers of q fragments
   static_assert(D % 16 == 0, "head dim a multiple of 16");
@@ -172,6 +186,10 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   fp16* s_qh = reinterpret_cast<fp16*>(smem + Cfg::kOffQh);
   int64_t* s_kb = reinterpret_cast<int64_t*>(smem + Cfg::kOffKB);  // [kStages][kKeys]
   float* s_qmul = reinterpret_cast<float*>(smem + Cfg::kOffQmul);
+  // Block lists: the next piece's item (s_next[0..7]), lengths (s_next[8..10]) and first table
+  // entries (s_next_blocks, by stage key as s_kb), prefetched at this piece's first stage.
+  int32_t* s_next = reinterpret_cast<int32_t*>(smem + Cfg::kOffNext);
+  int32_t* s_next_blocks = s_next + 12;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kPairs = kWide != 0;
 #else
@@ -200,10 +218,17 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     item_lo = p.block_items[blockIdx.x];
     item_hi = p.block_items[blockIdx.x + 1];
   }
+  // A piece boundary would cost four dependent global round trips (item, lengths, table, K/V)
+  // while this block's ring is empty; the first three are prefetched during the piece before.
+  bool next_ready = false;  // s_next holds this piece's metadata (uniform over the block)
   for (int item = item_lo; item < item_hi; ++item) {
     // The last item's combine has read the ring this item's copies overwrite.
     if (item > item_lo) __syncthreads();
-    const UnifiedWorkItem it = p.items[item];
+    const bool prefetched = Cfg::kLists && next_ready;
+    next_ready = false;
+    const bool has_next = Cfg::kLists && item + 1 < item_hi;
+    const UnifiedWorkItem it =
+        prefetched ? *reinterpret_cast<const UnifiedWorkItem*>(s_next) : p.items[item];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     stamp(9, it.request);
     const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
@@ -238,9 +263,9 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                            : 0;
       }
     }
-    const int tok0 = p.cu_seqlens_q[it.request];
-    const int qlen = p.cu_seqlens_q[it.request + 1] - tok0;
-    const int ctx = p.context_lens[it.request];
+    const int tok0 = prefetched ? s_next[8] : p.cu_seqlens_q[it.request];
+    const int qlen = (prefetched ? s_next[9] : p.cu_seqlens_q[it.request + 1]) - tok0;
+    const int ctx = prefetched ? s_next[10] : p.context_lens[it.request];
     const int rpt = p.rows_per_token;
     stamp(10, ctx + qlen + (early_table ? pre_block[0] : 0));
     const int row_end = min(it.row_begin + 16, qlen * rpt);
@@ -299,14 +324,21 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
         }
       }
     } else {
+      // Prefetched entries exist without a window only (next_piece: key_lo from the item alone).
+      const bool blocks_ready = prefetched && window < 0;
       for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
         const int kabs = first + idx;  // stage idx / kKeys, key idx % kKeys
-        if (kabs >= key_lo && kabs < key_hi)
-          s_kb[idx] = key_base(kabs, table[kabs >> p.log2_block_size]);
+        if (kabs >= key_lo && kabs < key_hi) {
+          s_kb[idx] = key_base(kabs, blocks_ready ? s_next_blocks[idx]
+                                                  : table[kabs >> p.log2_block_size]);
+        }
       }
     }
     __syncthreads();
     stamp(11);
+    // The next piece's item, with stage 0 (everyone has read s_next above the barrier).
+    if (has_next && tid < 8)
+      cp_async_4(s_next + tid, reinterpret_cast<const int32_t*>(p.items + item + 1) + tid);
 
     // Stage s -> ring slot s % kStages; keys outside [main_lo, key_hi) are zero-filled and never
     // read from HBM. (Skipping the partial first stage's keys below main_lo instead, their V rows
@@ -514,6 +546,23 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       __syncthreads();               // everyone's copies; stage j - 1's slot is free again
       if (j == 0) stamp(2);
       if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
+      // The next piece's lengths and (no window) first stages' table entries; its item landed
+      // with stage 0. All of them land by this piece's last wait, before the combine.
+      if (has_next && j == 0) {
+        const int nreq = s_next[0], n_begin = s_next[4], n_end = s_next[5];
+        if (tid < 3)
+          cp_async_4(s_next + 8 + tid, tid < 2 ? p.cu_seqlens_q + nreq + tid : p.context_lens + nreq);
+        if (window < 0) {
+          const int lo = max(0, n_begin), nfirst = stage_origin(lo, n_end, kKeys);
+          const int32_t* ntable = p.block_table + int64_t(nreq) * p.max_blocks_per_request;
+          for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
+            const int kabs = nfirst + idx;
+            if (kabs >= lo && kabs < n_end)
+              cp_async_4(s_next_blocks + idx, ntable + (kabs >> p.log2_block_size));
+          }
+        }
+        next_ready = true;
+      }
       cp_async_commit();
       // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
       // latency hides behind this stage. Slot (j + kStages) % kStages was last read when stage j

@@ -85,11 +85,11 @@ struct DecodeConfig {
   // Two blocks per SM: 228 KB per SM, 1 KB reserved per block; kWide: the 227 KB one block may
   // have.
   static constexpr int kSmemBudget = kWide != 0 ? 227 * 1024 : 113 * 1024;
-  // Block lists (decode segments, never the wide form): the next piece's item (8 ints), its
-  // lengths (tok0, tok1, context; 4 ints) and the block-table entries of its first kStages
-  // stages, prefetched into shared memory while this piece streams (next_piece below).
+  // Block lists (decode segments, never the wide form): the next piece's item (8 ints, in one
+  // of two slots by parity), its lengths (tok0, tok1, context; 4 ints) and the block-table
+  // entries of its first kStages stages, prefetched into shared memory while this piece streams.
   static constexpr bool kLists = kWide == 0;
-  static constexpr int kNextFixed = kLists ? 48 : 0;
+  static constexpr int kNextFixed = kLists ? 80 : 0;
   static constexpr int kNextPerStage = kLists ? kKeys * 4 : 0;
   static constexpr int kStagesFit =
       (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul - kSmemPeer - kNextFixed) /
@@ -186,10 +186,12 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   fp16* s_qh = reinterpret_cast<fp16*>(smem + Cfg::kOffQh);
   int64_t* s_kb = reinterpret_cast<int64_t*>(smem + Cfg::kOffKB);  // [kStages][kKeys]
   float* s_qmul = reinterpret_cast<float*>(smem + Cfg::kOffQmul);
-  // Block lists: the next piece's item (s_next[0..7]), lengths (s_next[8..10]) and first table
-  // entries (s_next_blocks, by stage key as s_kb), prefetched at this piece's first stage.
-  int32_t* s_next = reinterpret_cast<int32_t*>(smem + Cfg::kOffNext);
-  int32_t* s_next_blocks = s_next + 12;
+  // Block lists: piece i's item in s_items[i % 2] (copied with piece i - 1's q), its lengths in
+  // s_lens[0..2] and its first stages' table entries in s_next_blocks (by stage key, as s_kb),
+  // both copied once piece i - 1's item has landed.
+  int32_t* s_items = reinterpret_cast<int32_t*>(smem + Cfg::kOffNext);  // [2][8]
+  int32_t* s_lens = s_items + 16;                                         // [4]
+  int32_t* s_next_blocks = s_items + 20;                                  // [kStages * kKeys]
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kPairs = kWide != 0;
 #else
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   }
   // A piece boundary would cost four dependent global round trips (item, lengths, table, K/V)
   // while this block's ring is empty; the first three are prefetched during the piece before.
-  bool next_ready = false;  // s_next holds this piece's metadata (uniform over the block)
+  bool next_ready = false;  // this piece's metadata is in shared memory (uniform over the block)
   for (int item = item_lo; item < item_hi; ++item) {
     // The last item's combine has read the ring this item's copies overwrite.
     if (item > item_lo) __syncthreads();
@@ -228,7 +230,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     next_ready = false;
     const bool has_next = Cfg::kLists && item + 1 < item_hi;
     const UnifiedWorkItem it =
-        prefetched ? *reinterpret_cast<const UnifiedWorkItem*>(s_next) : p.items[item];
+        prefetched ? *reinterpret_cast<const UnifiedWorkItem*>(s_items + 8 * (item & 1))
+                   : p.items[item];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     stamp(9, it.request);
     const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
@@ -263,9 +266,9 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                            : 0;
       }
     }
-    const int tok0 = prefetched ? s_next[8] : p.cu_seqlens_q[it.request];
-    const int qlen = (prefetched ? s_next[9] : p.cu_seqlens_q[it.request + 1]) - tok0;
-    const int ctx = prefetched ? s_next[10] : p.context_lens[it.request];
+    const int tok0 = prefetched ? s_lens[0] : p.cu_seqlens_q[it.request];
+    const int qlen = (prefetched ? s_lens[1] : p.cu_seqlens_q[it.request + 1]) - tok0;
+    const int ctx = prefetched ? s_lens[2] : p.context_lens[it.request];
     const int rpt = p.rows_per_token;
     stamp(10, ctx + qlen + (early_table ? pre_block[0] : 0));
     const int row_end = min(it.row_begin + 16, qlen * rpt);
@@ -299,6 +302,11 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                 ? q + (int64_t(tok0 + gr / rpt) * p.num_q_heads + it.q_head + gr % rpt) * D + c * 8
                 : q;
         cp_async_16(s_q + r * kQStride + c * 8, src, valid);
+      }
+      // The next piece's item lands with q, in the slot this piece does not read.
+      if (has_next && tid < 8) {
+        cp_async_4(s_items + 8 * ((item + 1) & 1) + tid,
+                   reinterpret_cast<const int32_t*>(p.items + item + 1) + tid);
       }
       cp_async_commit();
     }
@@ -336,9 +344,6 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     }
     __syncthreads();
     stamp(11);
-    // The next piece's item, with stage 0 (everyone has read s_next above the barrier).
-    if (has_next && tid < 8)
-      cp_async_4(s_next + tid, reinterpret_cast<const int32_t*>(p.items + item + 1) + tid);
 
     // Stage s -> ring slot s % kStages; keys outside [main_lo, key_hi) are zero-filled and never
     // read from HBM. (Skipping the partial first stage's keys below main_lo instead, their V rows
@@ -390,6 +395,26 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     stamp(1);
     cp_async_wait<kStages - 1>();  // the q group has landed (the stages may still be in flight)
     __syncthreads();
+    // The next piece's lengths and (no window) first stages' table entries, now that its item
+    // has landed with q. They join the first loop iteration's group (a group of their own would
+    // make that iteration wait for one stage more) and land by the combine's wait; without
+    // stages there is no such group, and the next piece loads its metadata itself.
+    if (has_next && num_stages > 0) {
+      const int32_t* nx = s_items + 8 * ((item + 1) & 1);
+      const int nreq = nx[0], n_begin = nx[4], n_end = nx[5];
+      if (tid < 3)
+        cp_async_4(s_lens + tid, tid < 2 ? p.cu_seqlens_q + nreq + tid : p.context_lens + nreq);
+      if (window < 0) {
+        const int lo = max(0, n_begin), nfirst = stage_origin(lo, n_end, kKeys);
+        const int32_t* ntable = p.block_table + int64_t(nreq) * p.max_blocks_per_request;
+        for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
+          const int kabs = nfirst + idx;
+          if (kabs >= lo && kabs < n_end)
+            cp_async_4(s_next_blocks + idx, ntable + (kabs >> p.log2_block_size));
+        }
+      }
+      next_ready = true;
+    }
 
     // fp8: q goes to f16 in the permuted order the widened K fragments expect. A bf16 row is first
     // scaled by 2^e so its largest |q| lands in [2^14, 2^15): bf16's 8 significant bits fit f16's
@@ -546,23 +571,6 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       __syncthreads();               // everyone's copies; stage j - 1's slot is free again
       if (j == 0) stamp(2);
       if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
-      // The next piece's lengths and (no window) first stages' table entries; its item landed
-      // with stage 0. All of them land by this piece's last wait, before the combine.
-      if (has_next && j == 0) {
-        const int nreq = s_next[0], n_begin = s_next[4], n_end = s_next[5];
-        if (tid < 3)
-          cp_async_4(s_next + 8 + tid, tid < 2 ? p.cu_seqlens_q + nreq + tid : p.context_lens + nreq);
-        if (window < 0) {
-          const int lo = max(0, n_begin), nfirst = stage_origin(lo, n_end, kKeys);
-          const int32_t* ntable = p.block_table + int64_t(nreq) * p.max_blocks_per_request;
-          for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
-            const int kabs = nfirst + idx;
-            if (kabs >= lo && kabs < n_end)
-              cp_async_4(s_next_blocks + idx, ntable + (kabs >> p.log2_block_size));
-          }
-        }
-        next_ready = true;
-      }
       cp_async_commit();
       // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
       // latency hides behind this stage. Slot (j + kStages) % kStages was last read when stage j

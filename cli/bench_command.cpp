@@ -479,8 +479,8 @@ int run_bench(const std::vector<std::string>& args) {
   flags.add_choice("layout", &o.layout, {"nhd", "hnd", "tiled"}, "KV cache layout (MHA)");
   flags.add_choice("timing", &o.timing, {"held", "plain"},
                    "GPU timing: held = the stream is held while each replay and its events are "
-                   "enqueued (the GPU's work alone); plain = the start event runs on an idle "
-                   "stream, so the host's submission of the replay is timed too");
+                   "enqueued, so no host delay can enter the interval; plain = the events and the "
+                   "replay are enqueued on an idle stream");
   flags.add_int("block-size", &o.block_size, 1, 256, "tokens per cache block, a power of two");
   flags.add_int("split-waves", &o.split_waves, 1, 64,
                 "decode split-KV target: work items = waves x work units (StepInput::split_waves; "

@@ -35,9 +35,9 @@ void device_synchronize();  // also surfaces any asynchronous kernel error
 // ones (milliseconds each). With use_graph the call is captured once into a CUDA graph and each
 // timing is one replay; if the capture fails the plain call is timed and *graph_used is false.
 // With hold_stream a one-thread kernel holds the stream while the start event, the call and the
-// end event are enqueued, so each timing is the GPU's work from the start event on, without the
-// host's time to submit the call (a few microseconds, which a serving loop's queue hides);
-// without it the start event runs on an idle stream and the submission is timed too.
+// end event are enqueued, so the interval cannot include the host's time to submit the call,
+// however busy the host is; without it the start event is enqueued on an idle stream (on an idle
+// host the two measured the same: docs/perf-notes.md, run s1).
 std::vector<double> time_gpu_calls(const std::function<void(void* stream)>& call, int warmup,
                                    int repeats, bool use_graph, bool* graph_used,
                                    bool hold_stream = true);

@@ -88,11 +88,13 @@ struct DecodeConfig {
   // Block lists (decode segments, never the wide form): the next piece's item (8 ints, in one
   // of two slots by parity), its lengths (tok0, tok1, context; 4 ints) and the block-table
   // entries of its first kStages stages, prefetched into shared memory while this piece streams.
-  // fp8 only: there it cost one SASS instruction of the stage loop and measured 1.2-1.6% on fp8
-  // decode-mixed (run s1, H100); in the 16-bit loop its state cost 21 instructions of predicate
-  // juggling, bf16 decode-mixed did not move and the one-item shapes lost 0.4-1.2%.
+  // fp8 only: there it cost one SASS instruction of the stage loop and measured 1.0-1.6% on fp8
+  // decode-mixed (run s1, H100); in the 16-bit loop it cost 21 (address arithmetic reshaped,
+  // predicates spilled), bf16 decode-mixed did not move and the one-item shapes lost 0.3-1.9%.
   static constexpr bool kLists = kWide == 0 && kFp8;
-  static constexpr int kNextFixed = kLists ? 80 : 0;
+  static constexpr int kNextItems = 2 * 8;  // two item slots of 8 ints
+  static constexpr int kNextLens = 4;       // tok0, tok1, context, padding
+  static constexpr int kNextFixed = kLists ? (kNextItems + kNextLens) * 4 : 0;
   static constexpr int kNextPerStage = kLists ? kKeys * 4 : 0;
   static constexpr int kStagesFit =
       (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul - kSmemPeer - kNextFixed) /
@@ -193,8 +195,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   // s_lens[0..2] and its first stages' table entries in s_next_blocks (by stage key, as s_kb),
   // both copied once piece i - 1's item has landed.
   int32_t* s_items = reinterpret_cast<int32_t*>(smem + Cfg::kOffNext);  // [2][8]
-  int32_t* s_lens = s_items + 16;                                         // [4]
-  int32_t* s_next_blocks = s_items + 20;                                  // [kStages * kKeys]
+  int32_t* s_lens = s_items + Cfg::kNextItems;                            // [4]
+  int32_t* s_next_blocks = s_lens + Cfg::kNextLens;                       // [kStages * kKeys]
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kPairs = kWide != 0;
 #else
@@ -335,7 +337,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
         }
       }
     } else {
-      // Prefetched entries exist without a window only (next_piece: key_lo from the item alone).
+      // Prefetched entries exist without a window only (key_lo then follows from the item alone).
       const bool blocks_ready = prefetched && window < 0;
       for (int idx = tid; idx < kStages * kKeys; idx += kThreads) {
         const int kabs = first + idx;  // stage idx / kKeys, key idx % kKeys

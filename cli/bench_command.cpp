@@ -62,6 +62,7 @@ struct Options {
   long long block_size = 16;
   long long split_waves = StepInput{}.split_waves;
   bool verify = false;
+  bool with_cache_write = false;  // GPU timings include the step's cache write
 };
 
 struct Entry {
@@ -237,8 +238,9 @@ void print_progress(const Entry& e, size_t index, size_t total) {
 
 // A CUDA backend on a step (MHA or MLA, through its GPU mirror in bench_gpu.h): verify on cache
 // copy 0 (the step's new K/V or latent rows written first, as run() does), then time attention
-// alone (no cache write) by CUDA-graph replay over the rotated cache copies; each timing is one
-// replay divided by the number of copies.
+// alone (no cache write; with --with-cache-write the whole call, the write included, as a serving
+// engine makes it) by CUDA-graph replay over the rotated cache copies; each timing is one replay
+// divided by the number of copies.
 template <typename Backend, typename Step>
 void bench_on_gpu(Backend& backend, Step& step, const std::optional<ReferenceOutput>& reference,
                   const Options& options, Entry& e) {
@@ -257,7 +259,7 @@ void bench_on_gpu(Backend& backend, Step& step, const std::optional<ReferenceOut
   const int copies = gpu.cache_copies();
   auto call = [&](void* stream) {
     for (int c = 0; c < copies; ++c)
-      backend.run(step.step.plan, step.params, gpu.inputs(c, false, stream));
+      backend.run(step.step.plan, step.params, gpu.inputs(c, options.with_cache_write, stream));
   };
   std::vector<double> times =
       time_gpu_calls(call, static_cast<int>(options.warmup), static_cast<int>(options.repeats),
@@ -481,6 +483,9 @@ int run_bench(const std::vector<std::string>& args) {
                    "GPU timing: held = the stream is held while each replay and its events are "
                    "enqueued, so no host delay can enter the interval; plain = the events and the "
                    "replay are enqueued on an idle stream");
+  flags.add_bool("with-cache-write", &o.with_cache_write,
+                 "GPU timings of the whole call, the step's new K/V (or latent) rows written into "
+                 "the cache first, as a serving engine calls it (default: attention alone)");
   flags.add_int("block-size", &o.block_size, 1, 256, "tokens per cache block, a power of two");
   flags.add_int("split-waves", &o.split_waves, 1, 64,
                 "decode split-KV target: work items = waves x work units (StepInput::split_waves; "
@@ -577,7 +582,8 @@ int run_bench(const std::vector<std::string>& args) {
 
   const std::string timer_name =
       any_gpu_backend ? std::string("CUDA events around CUDA-graph replays (GPU, ") +
-                            (o.timing == "held" ? "stream held while enqueued" : "plain") + "), " +
+                            (o.timing == "held" ? "stream held while enqueued" : "plain") +
+                            (o.with_cache_write ? "; the cache write included" : "") + "), " +
                             SteadyClockTimer().name() + " (CPU)"
                       : SteadyClockTimer().name();
   if (any_gpu_backend) {
@@ -650,6 +656,7 @@ int run_bench(const std::vector<std::string>& args) {
                                                              : "per backend (mla_split_waves)"},
                        {"timer", timer_name},
                        {"timing", o.timing},
+                       {"with_cache_write", o.with_cache_write},
                        {"verify", o.verify},
                        {"tolerance", o.tolerance}};
     doc["metrics"] = {

@@ -44,6 +44,9 @@ struct GpuCase {
                                  // faster, 2 always (three_path runs them), 0 never (and
                                  // TRIPATH_DECODE_SEGMENTS=0)
   bool expect_segments = false;  // the plan must hold decode segments (with decode_segments 1)
+  bool decode_write = true;      // three_path's TRIPATH_DECODE_WRITE: the split-KV decode kernel
+                                 // stores its tokens' new rows (1), or the cache-write kernel
+                                 // writes every token first (0)
   int fuse_compute = 2;          // three_path's TRIPATH_FUSE_COMPUTE: 2 (default) as 1, and one
                                  // pass per extend item where one round holds every context; 1
                                  // prefill, self-part and first round in one launch; 0 one each
@@ -318,6 +321,20 @@ std::vector<GpuCase> all_cases() {
         c.expect_segments = false;
         c.decode_segments = 0;
         add(c, "splits_planned_qwen_like");
+      }
+      // TRIPATH_DECODE_WRITE=0 (the cache-write kernel writes every token before the decode
+      // kernel reads): one-split decode, splits and the merge, fp8, pairs, segments, a mixed step.
+      // Every other three_path case runs the default, the decode kernel writing its rows.
+      for (const GpuCase& m : std::vector<GpuCase>(out)) {
+        for (const char* name :
+             {"three_path_decode_gqa8", "three_path_decode_128k", "three_path_fp8_decode_d128",
+              "three_path_decode_uniform_tp8", "three_path_segments_gqa16",
+              "three_path_segments_mixed_step", "three_path_mixed_d128"}) {
+          if (m.name != name) continue;
+          GpuCase k = m;
+          k.decode_write = false;
+          add(k, "cache_kernel_" + m.name.substr(b.size() + 1));
+        }
       }
       // TRIPATH_FUSE_COMPUTE=0 (prefill, the extend self-part and each round in their own
       // launches) and 1 (the first three in one launch, partial slots and merges as for many
@@ -643,6 +660,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
     ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
     ScopedEnv cluster("TRIPATH_DECODE_CLUSTER", c.decode_cluster ? "1" : "0");
     ScopedEnv segments("TRIPATH_DECODE_SEGMENTS", c.decode_segments == 0 ? "0" : "1");
+    ScopedEnv write("TRIPATH_DECODE_WRITE", c.decode_write ? "1" : "0");
     const std::string fuse_value = std::to_string(c.fuse_compute);
     ScopedEnv fuse("TRIPATH_FUSE_COMPUTE", fuse_value.c_str());
     const std::string overlap_value = std::to_string(c.flash_overlap);

@@ -50,6 +50,10 @@ struct DecodeCase {
   // lists of 1, 2, 3, 4, 1, ... per block, so each block's later items run on metadata it
   // prefetched while the item before streamed.
   bool lists = false;
+  // The fused cache write (UnifiedParams::new_k): the kernel gets the cache without this step's
+  // rows (NaN-poisoned slots) and the new K / V rows, stores them itself before it reads them,
+  // and the caches must then equal the reference's bit for bit.
+  bool write = false;
   std::vector<ReqShape> reqs;
 };
 
@@ -213,6 +217,18 @@ std::vector<DecodeCase> all_cases() {
     c.lists = true;
     add(c, "lists_" + m.name);
   }
+  // The fused cache write on every case so far without a context over 5000: the keys of a
+  // prologue stage written before the prologue's barrier and later ones after its copies, every
+  // layout, block size, head dim and fp8, pair halves (rank 1 holds the new key), block lists,
+  // MTP rows whose new keys straddle a split boundary ({2, 0} in three splits, {4, 0} in two).
+  for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
+    if (std::any_of(m.reqs.begin(), m.reqs.end(),
+                    [](const ReqShape& r) { return r.context_len > 5000; }))
+      continue;
+    DecodeCase c = m;
+    c.write = true;
+    add(c, "write_" + m.name);
+  }
   return out;
 }
 
@@ -315,9 +331,16 @@ void check_case(const DecodeCase& c) {
   }
 
   DeviceMem d_k, d_v, d_q, d_out, d_lse, d_sinks, d_table, d_cu, d_ctx, d_items, d_part_out,
-      d_part_lse, d_parts;
-  d_k.upload(kc);
-  d_v.upload(vc);
+      d_part_lse, d_parts, d_new_k, d_new_v;
+  // Without the fused write the GPU reads the reference's written cache; with it, the cache as
+  // it was before the step.
+  d_k.upload(c.write ? s.k_cache : kc);
+  d_v.upload(c.write ? s.v_cache : vc);
+  if (c.write) {
+    ASSERT_NE(s.k_cache, kc) << "the step writes no new rows";
+    d_new_k.upload(s.k);
+    d_new_v.upload(s.v);
+  }
   d_q.upload(s.q);
   d_sinks.upload(s.sinks);
   d_table.upload(plan.block_table);
@@ -366,6 +389,11 @@ void check_case(const DecodeCase& c) {
   p.scale_log2 = p.score_scale * 1.4426950408889634f;
   p.softcap = c.softcap;
   p.v_scale = fp8 ? s.cache.v_scale : 1.0f;
+  if (c.write) {
+    p.new_k = d_new_k.get();
+    p.new_v = d_new_v.get();
+    p.k_scale = fp8 ? s.cache.k_scale : 1.0f;
+  }
   if (c.lists) {
     p.block_items = static_cast<const int32_t*>(d_block_items.get());
     p.num_blocks = static_cast<int32_t>(block_items.size()) - 1;
@@ -400,6 +428,10 @@ void check_case(const DecodeCase& c) {
   run();
   if (::testing::Test::HasFatalFailure()) return;
 
+  if (c.write) {
+    EXPECT_EQ(d_k.download<uint8_t>(kc.size()), kc) << "K cache differs after the fused write";
+    EXPECT_EQ(d_v.download<uint8_t>(vc.size()), vc) << "V cache differs after the fused write";
+  }
   const std::vector<uint16_t> first = d_out.download<uint16_t>(static_cast<size_t>(rows * D));
   const std::vector<float> got = widen(first, c.dtype);
   const double tol = c.dtype == DType::kBF16 ? 1e-2 : 4e-3;

@@ -15,18 +15,22 @@ std::string cuda_specializations_text() { return kernels::unified_built_text(); 
 
 namespace {
 
-// New K/V rows -> cache slots on the device (validated by the caller).
+// New K/V rows of tokens [first, num_tokens) -> cache slots on the device (validated by the
+// caller).
 void launch_cache_write(const KvCacheView& cache, const TensorView& k, const TensorView& v,
-                        const int64_t* slot_mapping, int64_t num_tokens, cudaStream_t stream) {
+                        const int64_t* slot_mapping, int64_t first, int64_t num_tokens,
+                        cudaStream_t stream) {
   const KvCacheConfig& c = cache.config;
   const bool fp8 = c.dtype == DType::kFP8E4M3;
+  const int64_t row_bytes =
+      int64_t(c.num_kv_heads) * c.head_dim * static_cast<int64_t>(dtype_size(k.dtype));
   kernels::CacheWriteParams w{};
-  w.k = k.data;
-  w.v = v.data;
+  w.k = static_cast<const char*>(k.data) + first * row_bytes;
+  w.v = static_cast<const char*>(v.data) + first * row_bytes;
   w.k_cache = cache.k.data;
   w.v_cache = cache.v.data;
-  w.slot_mapping = slot_mapping;
-  w.num_tokens = num_tokens;
+  w.slot_mapping = slot_mapping + first;
+  w.num_tokens = num_tokens - first;
   w.num_kv_heads = c.num_kv_heads;
   w.head_dim = c.head_dim;
   w.block_size = c.block_size;
@@ -89,8 +93,11 @@ void CudaAttentionBackend::run(const StepPlan& plan, const AttentionParams& para
                     "the geometry the plan was prepared for");
   const cudaStream_t stream = static_cast<cudaStream_t>(in.stream);
   if (in.k.defined()) {
-    launch_cache_write(in.cache, in.k, in.v, arena_.at<int64_t>(offsets_.slot_mapping),
-                       plan.num_tokens, stream);
+    const int64_t fused = fused_write_tokens(plan, params, in);
+    if (fused < plan.num_tokens) {
+      launch_cache_write(in.cache, in.k, in.v, arena_.at<int64_t>(offsets_.slot_mapping), fused,
+                         plan.num_tokens, stream);
+    }
   }
   launch(plan, params, in, stream);
 }
@@ -138,7 +145,7 @@ void cuda_write_kv_cache(const KvCacheView& cache, const TensorView& k, const Te
   TRIPATH_CHECK_ARG(v.dtype == k.dtype, "v", dtype_name(v.dtype), "the dtype of k");
   TRIPATH_CHECK_ARG(c.dtype == k.dtype || c.dtype == DType::kFP8E4M3, "cache.dtype",
                     dtype_name(c.dtype), std::string(dtype_name(k.dtype)) + " or fp8_e4m3");
-  launch_cache_write(cache, k, v, static_cast<const int64_t*>(slot_mapping.data), n,
+  launch_cache_write(cache, k, v, static_cast<const int64_t*>(slot_mapping.data), 0, n,
                      static_cast<cudaStream_t>(stream));
 }
 

@@ -24,9 +24,20 @@ class CudaAttentionBackend : public AttentionBackend {
   // Adds the backend's own arrays to the arena and sizes its workspace.
   virtual void prepare_work(const StepPlan& plan, const AttentionParams& params,
                             DeviceArena& arena) = 0;
-  // Launches the attention kernels (the cache is already written); no allocation, no sync.
+  // Launches the attention kernels (the cache already holds the new rows of tokens from
+  // fused_write_tokens() on); no allocation, no sync.
   virtual void launch(const StepPlan& plan, const AttentionParams& params,
                       const AttentionInputs& in, cudaStream_t stream) = 0;
+  // How many of the step's first tokens launch() writes into the cache itself (a kernel that
+  // stores its own requests' new K / V rows before reading them); run() launches the cache-write
+  // kernel for the rest only. 0 by default.
+  virtual int64_t fused_write_tokens(const StepPlan& plan, const AttentionParams& params,
+                                     const AttentionInputs& in) const {
+    (void)plan;
+    (void)params;
+    (void)in;
+    return 0;
+  }
 
   const DeviceArena& arena() const { return arena_; }
   const DevicePlanOffsets& offsets() const { return offsets_; }

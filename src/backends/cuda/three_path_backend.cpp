@@ -14,7 +14,9 @@
 // batch of few row sets (the tensor-parallel shard) runs as 2-CTA clusters merging in
 // distributed shared memory (add_decode_pairs); where the planner made decode segments (uneven
 // contexts), one block per segment and KV head streams its list of pieces
-// (add_decode_segments).
+// (add_decode_segments). The split-KV kernel also writes the decode tokens' new K / V rows into
+// the cache itself (TRIPATH_DECODE_WRITE), so the cache-write kernel runs for the extend and
+// prefill tokens only.
 // Prefill and extend run the Hopper flash kernel (src/kernels/prefill: wgmma, 128-row work
 // items) on compute capability 9.0 when the cache holds the q dtype and the head dim is built
 // for it; otherwise the unified mma.sync tile kernel (64-row items).
@@ -118,6 +120,10 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     requests) runs each row set as a 2-CTA cluster of wide blocks that merges in
   //     distributed shared memory (add_decode_pairs; tp8 decode-4k 43-44 us against 46-48,
   //     runs n4-n5); 0: the planner's splits, partials and the merge kernel.
+  //   TRIPATH_DECODE_WRITE (default 1): the split-KV decode kernel stores the decode tokens'
+  //     new K / V rows into the cache itself (each block the rows its keys hold, before it
+  //     reads them), so a decode-only step launches no cache-write kernel; 0: the cache-write
+  //     kernel writes every token first.
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -134,6 +140,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     fuse_ = read_variant("TRIPATH_FUSE_COMPUTE");
     decode_cluster_ = read_variant("TRIPATH_DECODE_CLUSTER") == 1;
     decode_segment_mode_ = read_variant("TRIPATH_DECODE_SEGMENTS");
+    decode_write_ = read_variant("TRIPATH_DECODE_WRITE") == 1;
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -261,11 +268,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
         gather_maps = &gather_maps_;
       }
     }
-    const bool decode_kernel =
-        decode_tile_ == kernels::kRows16 &&
-        kernels::decode_kernel_supports(params.head_dim, in.q.dtype, kv,
-                                        params.num_q_heads / params.num_kv_heads,
-                                        plan.decode.num_requests() > 0 ? max_decode_query_ : 1);
+    const bool decode_kernel = decode_kernel_runs(plan, params, in);
+    const bool decode_writes = fused_write_tokens(plan, params, in) > 0;
     // The 2-CTA clusters' item set where the wide kernel is built for this cache, else the
     // planner's splits.
     const bool pairs = decode_pairs_ && decode_kernel &&
@@ -304,6 +308,11 @@ class ThreePathBackend final : public CudaAttentionBackend {
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
         p.cluster_splits = l.pairs ? 2 : 0;
+        if (decode_writes) {
+          p.new_k = in.k.data;
+          p.new_v = in.v.data;
+          p.k_scale = kv == DType::kFP8E4M3 ? in.cache.config.k_scale : 1.0f;
+        }
         if (l.segments) {
           p.block_items = arena().at<int32_t>(block_items_offset_);
           p.num_blocks = plan.num_segments() * params.num_kv_heads;
@@ -362,6 +371,25 @@ class ThreePathBackend final : public CudaAttentionBackend {
   }
 
  private:
+  // The split-KV decode kernel takes this step's decode path (else the unified tiles).
+  bool decode_kernel_runs(const StepPlan& plan, const AttentionParams& params,
+                          const AttentionInputs& in) const {
+    return decode_tile_ == kernels::kRows16 &&
+           kernels::decode_kernel_supports(
+               params.head_dim, in.q.dtype, in.cache.config.dtype,
+               params.num_q_heads / params.num_kv_heads,
+               plan.decode.num_requests() > 0 ? max_decode_query_ : 1);
+  }
+
+  // The decode tokens (the ordered batch's first) when the split-KV kernel writes their rows.
+  int64_t fused_write_tokens(const StepPlan& plan, const AttentionParams& params,
+                             const AttentionInputs& in) const override {
+    if (!decode_write_ || !in.k.defined() || plan.decode.token_begin != 0 ||
+        !decode_kernel_runs(plan, params, in))
+      return 0;
+    return plan.decode.token_end;
+  }
+
   // Extend partial states: three slots of [extend tokens, heads, dim (+1 lse)] floats. The
   // self-part writes slot 0, a chunk round slot 2, the merges alternate the running state
   // between slots 0 and 1 (the items' split field is the slot).
@@ -545,6 +573,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   kernels::FlashTensorMaps gather_maps_{};
   bool decode_direct_ = false;  // every decode request has one split: final output, no merge
   int decode_segment_mode_ = 1;  // TRIPATH_DECODE_SEGMENTS
+  bool decode_write_ = true;      // TRIPATH_DECODE_WRITE
   bool decode_segments_ = false;  // this plan has the segments' item set (add_decode_segments)
   bool segment_direct_ = false;   // ... and no request has two pieces: final output, no merge
   int32_t segment_parts_ = 0;     // the most pieces of one request

@@ -22,6 +22,10 @@
 // (decode_pair_merge): no partial buffers and no merge launch. three_path takes it for even
 // batches whose row sets, cut in halves, fit one wave (the 8-query / 1-KV-head shard).
 //
+// Fused cache write (p.new_k, p.new_v: three_path's default): the block whose keys hold a new
+// token's row stores it into the cache (as the cache-write kernel would) before its copies read
+// it, so a decode step needs no cache-write launch.
+//
 // Block lists (p.block_items, decode segments): a block runs its pieces in turn. With an fp8
 // cache, while one streams, the next one's item, lengths and first stages' block-table entries
 // are copied into shared memory (cp.async), so a piece boundary waits for one global round trip
@@ -132,6 +136,46 @@ __device__ __forceinline__ int decode_phys_chunk(int layout, int c, int slot, in
   return layout == kLayoutTiled ? tiled_chunk_of(c, slot, chunks) : c;
 }
 
+// The fused cache write (p.new_k set): this step's new K / V rows of keys [lo, lo + count) of
+// one request and KV head, token `tok` holding key lo, into their cache slots, as the cache-write
+// kernel stores them (fp8: e4m3(x / scale), the same division and rounding, so the caches agree
+// bit for bit). `offset(key, c)`: the element offset of the key's 16-byte chunk c, the one the
+// kernel's copies read. Each thread moves chunks, strided by the block's threads.
+template <int D, typename T, typename KvT, typename Offset>
+__device__ __forceinline__ void decode_write_new_rows(const UnifiedParams& p, int kv_head, int tok,
+                                                      int lo, int count, Offset offset) {
+  constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
+  constexpr int kPer = kFp8 ? 16 : 8, kChunks = D / kPer;
+  for (int u = threadIdx.x; u < count * kChunks; u += blockDim.x) {
+    const int j = u / kChunks, c = u % kChunks;
+    const int64_t src = (int64_t(tok + j) * p.num_kv_heads + kv_head) * D + c * kPer;
+    const int64_t dst = offset(lo + j, c);
+    const uint4* k = reinterpret_cast<const uint4*>(static_cast<const T*>(p.new_k) + src);
+    const uint4* v = reinterpret_cast<const uint4*>(static_cast<const T*>(p.new_v) + src);
+    // The caches are read-only to every other kernel reading UnifiedParams, hence const there.
+    KvT* kc = static_cast<KvT*>(const_cast<void*>(p.k_cache));
+    KvT* vc = static_cast<KvT*>(const_cast<void*>(p.v_cache));
+    if constexpr (!kFp8) {
+      const uint4 kr = k[0], vr = v[0];
+      *reinterpret_cast<uint4*>(kc + dst) = kr;
+      *reinterpret_cast<uint4*>(vc + dst) = vr;
+    } else {
+      const uint4 kr[2] = {k[0], k[1]}, vr[2] = {v[0], v[1]};
+      const T* ke = reinterpret_cast<const T*>(kr);
+      const T* ve = reinterpret_cast<const T*>(vr);
+      alignas(16) uint8_t kb[16];
+      alignas(16) uint8_t vb[16];
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        kb[e] = from_float<fp8>(to_float(ke[e]) / p.k_scale).__x;
+        vb[e] = from_float<fp8>(to_float(ve[e]) / p.v_scale).__x;
+      }
+      *reinterpret_cast<uint4*>(kc + dst) = *reinterpret_cast<const uint4*>(kb);
+      *reinterpret_cast<uint4*>(vc + dst) = *reinterpret_cast<const uint4*>(vb);
+    }
+  }
+}
+
 // The pair's merge (p.cluster_splits = 2), run by rank 0 after the cluster barrier: its own
 // normalized rows (left in place in the combine's buffer, row stride `own_stride`) and LSEs, the
 // peer's pushed into peer_o / peer_lse, merged as merge_states does (o = sum w_i o_i / sum w_i,
@@ -172,7 +216,11 @@ __device__ __forceinline__ void decode_pair_merge(const UnifiedParams& p, const 
   }
 }
 
-template <int D, typename T, typename KvT, int kWide>
+// kWrite: the fused cache write (p.new_k set) compiled in. A launch without new rows takes the
+// form without it, whose code is the reading kernel's as it was before the write existed; with it
+// beside the loop ptxas lays the stage loop out longer (sm_90a, D = 128: bf16 713 SASS
+// instructions against 703, fp8 721 against 698).
+template <int D, typename T, typename KvT, int kWide, bool kWrite>
 __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                                   DecodeConfig<D, T, KvT, kWide>::kMinBlocks)
     paged_decode_split_kv_kernel(const __grid_constant__ UnifiedParams p) {
@@ -294,6 +342,15 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     const int full_lo = window >= 0 ? ctx + t_last - window : 0;
     const int full_hi = min(key_hi, ctx + t_first + 1);
     const int bs_mask = p.block_size - 1;
+    // The fused cache write: the new keys among [key_lo, key_hi) (key ctx + t is token t's own)
+    // go into the cache before a barrier that precedes the copy reading them. Keys of a stage
+    // the prologue issues (or of rank 1's tail) are written before the prologue's barrier; later
+    // ones after the prologue's copies are issued, off the ramp: the loop's barrier of the
+    // iteration that issues their stage comes after.
+    [[maybe_unused]] const int new_lo = max(key_lo, ctx);
+    [[maybe_unused]] const int new_count = kWrite ? max(0, key_hi - new_lo) : 0;
+    [[maybe_unused]] const bool write_early =
+        new_count > 0 && new_lo < first + (kStages - 1) * kKeys;
 
     // Q rows (zero-filled past row_end): the first cp.async group.
     {
@@ -328,6 +385,15 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     auto chunk_offset = [&](int64_t base, int kabs, int c) -> int64_t {
       return base + int64_t(decode_phys_chunk(p.layout, c, kabs & bs_mask, kChunks)) * kPer;
     };
+    [[maybe_unused]] auto write_new_rows = [&] {
+      decode_write_new_rows<D, T, KvT>(
+          p, it.kv_head, tok0 + (new_lo - ctx), new_lo, new_count, [&](int kabs, int c) {
+            return chunk_offset(key_base(kabs, table[kabs >> p.log2_block_size]), kabs, c);
+          });
+    };
+    if constexpr (kWrite) {
+      if (write_early) write_new_rows();
+    }
     if constexpr (kWide != 0) {
 #pragma unroll
       for (int i = 0; i < kPre; ++i) {
@@ -396,6 +462,9 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < num_stages) issue_stage(s);
       cp_async_commit();
+    }
+    if constexpr (kWrite) {
+      if (new_count > 0 && !write_early) write_new_rows();
     }
     stamp(1);
     cp_async_wait<kStages - 1>();  // the q group has landed (the stages may still be in flight)
@@ -715,7 +784,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
 template <int D, typename T, typename KvT, int kWide>
 cudaError_t launch_paged_decode_config(const UnifiedParams& p, cudaStream_t stream) {
   using Cfg = DecodeConfig<D, T, KvT, kWide>;
-  auto kernel = paged_decode_split_kv_kernel<D, T, KvT, kWide>;
+  auto kernel = p.new_k != nullptr ? paged_decode_split_kv_kernel<D, T, KvT, kWide, true>
+                                   : paged_decode_split_kv_kernel<D, T, KvT, kWide, false>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -736,7 +806,7 @@ int decode_cluster_capacity_impl() {
     return 0;
   } else {
     using Cfg = DecodeConfig<D, T, KvT, 8>;
-    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, 8>;
+    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, 8, false>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Cfg::kSmemBytes) != cudaSuccess)
       return 0;

@@ -61,6 +61,13 @@ struct UnifiedParams {
                                 // block), or [num_blocks + 1]: block b runs items
                                 // [block_items[b], block_items[b + 1]) in turn (decode segments)
   int32_t num_blocks;           // the grid where block_items is set
+  // The split-KV decode kernel's fused cache write: null, or this step's new K / V rows
+  // [tokens, num_kv_heads, head_dim] T by global token index (cu_seqlens_q), which the kernel
+  // stores into k_cache / v_cache (converted to e4m3 by k_scale / v_scale for an fp8 cache)
+  // before it reads them: the block whose key range holds a new key writes it.
+  const void* new_k;
+  const void* new_v;
+  float k_scale;                // fp8 key scale of the fused write (1 otherwise)
   int32_t* item_counter;        // the flash kernel's persistent modes: two ints, zero before the
                                 // launch (items claimed past the grid, CTAs finished); the last
                                 // CTA to finish zeroes them again for the next launch

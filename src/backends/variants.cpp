@@ -44,10 +44,10 @@ std::vector<VariantVariable> variant_variables() {
        "planner's uniform splits always",
        1, 1, ""},
       {"TRIPATH_DECODE_WRITE", "three_path",
-       "1: the split-KV decode kernel stores the decode tokens' new K / V rows into the cache "
-       "itself, before reading them (no cache-write launch for them); 0: the cache-write kernel "
-       "writes every token first",
-       1, 1, ""},
+       "1: on a 16-bit cache the split-KV decode kernel stores the decode tokens' new K / V rows "
+       "into the cache itself, before reading them (no cache-write launch for them); 2: on an "
+       "fp8 cache too; 0: the cache-write kernel writes every token first",
+       2, 1, ""},
       {"TRIPATH_PDL", "three_path, mla",
        "1: decode kernels and their merge launched as programmatic dependents (they start while "
        "the kernel before them ends)",

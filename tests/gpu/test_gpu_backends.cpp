@@ -44,9 +44,9 @@ struct GpuCase {
                                  // faster, 2 always (three_path runs them), 0 never (and
                                  // TRIPATH_DECODE_SEGMENTS=0)
   bool expect_segments = false;  // the plan must hold decode segments (with decode_segments 1)
-  bool decode_write = true;      // three_path's TRIPATH_DECODE_WRITE: the split-KV decode kernel
-                                 // stores its tokens' new rows (1), or the cache-write kernel
-                                 // writes every token first (0)
+  int decode_write = 1;          // three_path's TRIPATH_DECODE_WRITE: the split-KV decode kernel
+                                 // stores its tokens' new rows on a 16-bit cache (1), on any
+                                 // cache (2), or the cache-write kernel writes every token (0)
   int fuse_compute = 2;          // three_path's TRIPATH_FUSE_COMPUTE: 2 (default) as 1, and one
                                  // pass per extend item where one round holds every context; 1
                                  // prefill, self-part and first round in one launch; 0 one each
@@ -332,8 +332,20 @@ std::vector<GpuCase> all_cases() {
               "three_path_segments_mixed_step", "three_path_mixed_d128"}) {
           if (m.name != name) continue;
           GpuCase k = m;
-          k.decode_write = false;
+          k.decode_write = 0;
           add(k, "cache_kernel_" + m.name.substr(b.size() + 1));
+        }
+      }
+      // TRIPATH_DECODE_WRITE=2: the fused write on fp8 caches too (off by default there).
+      for (const GpuCase& m : std::vector<GpuCase>(out)) {
+        for (const char* name :
+             {"three_path_fp8_decode_d64", "three_path_fp8_decode_d128",
+              "three_path_fp8_decode_tiled_d128", "three_path_fp8_decode_uniform_tp8",
+              "three_path_segments_fp8", "three_path_fp8_mixed_d128", "three_path_f16_fp8_mixed"}) {
+          if (m.name != name) continue;
+          GpuCase k = m;
+          k.decode_write = 2;
+          add(k, "fp8_write_" + m.name.substr(b.size() + 1));
         }
       }
       // TRIPATH_FUSE_COMPUTE=0 (prefill, the extend self-part and each round in their own
@@ -660,7 +672,8 @@ TEST_P(GpuBackendTest, MatchesReference) {
     ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
     ScopedEnv cluster("TRIPATH_DECODE_CLUSTER", c.decode_cluster ? "1" : "0");
     ScopedEnv segments("TRIPATH_DECODE_SEGMENTS", c.decode_segments == 0 ? "0" : "1");
-    ScopedEnv write("TRIPATH_DECODE_WRITE", c.decode_write ? "1" : "0");
+    const std::string write_value = std::to_string(c.decode_write);
+    ScopedEnv write("TRIPATH_DECODE_WRITE", write_value.c_str());
     const std::string fuse_value = std::to_string(c.fuse_compute);
     ScopedEnv fuse("TRIPATH_FUSE_COMPUTE", fuse_value.c_str());
     const std::string overlap_value = std::to_string(c.flash_overlap);
@@ -971,7 +984,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
         Bad{"TRIPATH_EXTEND_GATHER", "on"}, Bad{"TRIPATH_EXTEND_GATHER", "2"},
         Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}, Bad{"TRIPATH_FUSE_COMPUTE", "3"},
         Bad{"TRIPATH_FUSE_COMPUTE", "no"}, Bad{"TRIPATH_DECODE_CLUSTER", "2"},
-        Bad{"TRIPATH_DECODE_SEGMENTS", "2"}}) {
+        Bad{"TRIPATH_DECODE_SEGMENTS", "2"}, Bad{"TRIPATH_DECODE_WRITE", "3"},
+        Bad{"TRIPATH_DECODE_WRITE", "fp8"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
@@ -982,7 +996,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   }
   for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER",
                            "TRIPATH_PDL", "TRIPATH_FUSE_COMPUTE", "TRIPATH_DECODE_CLUSTER",
-                           "TRIPATH_DECODE_SEGMENTS"}) {
+                           "TRIPATH_DECODE_SEGMENTS", "TRIPATH_DECODE_WRITE"}) {
     for (const char* ok : {"0", ""}) {
       ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";

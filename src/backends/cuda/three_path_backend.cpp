@@ -120,10 +120,12 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     requests) runs each row set as a 2-CTA cluster of wide blocks that merges in
   //     distributed shared memory (add_decode_pairs; tp8 decode-4k 43-44 us against 46-48,
   //     runs n4-n5); 0: the planner's splits, partials and the merge kernel.
-  //   TRIPATH_DECODE_WRITE (default 1): the split-KV decode kernel stores the decode tokens'
-  //     new K / V rows into the cache itself (each block the rows its keys hold, before it
-  //     reads them), so a decode-only step launches no cache-write kernel; 0: the cache-write
-  //     kernel writes every token first.
+  //   TRIPATH_DECODE_WRITE (default 1): on a 16-bit cache the split-KV decode kernel stores the
+  //     decode tokens' new K / V rows into the cache itself (each block the rows its keys hold,
+  //     before it reads them), so a decode-only step launches no cache-write kernel (whole calls
+  //     on an H100, run t2: tp8 decode-4k 57.3 -> 55.5 us, decode-4k 191-193 -> 189); 2: on an
+  //     fp8 cache too (measured slower there: decode-mixed 136.5 -> 138.6 us, the conversion
+  //     lengthens the stage loop); 0: the cache-write kernel writes every token first.
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -140,7 +142,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     fuse_ = read_variant("TRIPATH_FUSE_COMPUTE");
     decode_cluster_ = read_variant("TRIPATH_DECODE_CLUSTER") == 1;
     decode_segment_mode_ = read_variant("TRIPATH_DECODE_SEGMENTS");
-    decode_write_ = read_variant("TRIPATH_DECODE_WRITE") == 1;
+    decode_write_ = read_variant("TRIPATH_DECODE_WRITE");
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -384,8 +386,9 @@ class ThreePathBackend final : public CudaAttentionBackend {
   // The decode tokens (the ordered batch's first) when the split-KV kernel writes their rows.
   int64_t fused_write_tokens(const StepPlan& plan, const AttentionParams& params,
                              const AttentionInputs& in) const override {
-    if (!decode_write_ || !in.k.defined() || plan.decode.token_begin != 0 ||
-        !decode_kernel_runs(plan, params, in))
+    const bool fp8 = in.cache.config.dtype == DType::kFP8E4M3;
+    if (decode_write_ == 0 || (fp8 && decode_write_ != 2) || !in.k.defined() ||
+        plan.decode.token_begin != 0 || !decode_kernel_runs(plan, params, in))
       return 0;
     return plan.decode.token_end;
   }
@@ -573,7 +576,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   kernels::FlashTensorMaps gather_maps_{};
   bool decode_direct_ = false;  // every decode request has one split: final output, no merge
   int decode_segment_mode_ = 1;  // TRIPATH_DECODE_SEGMENTS
-  bool decode_write_ = true;      // TRIPATH_DECODE_WRITE
+  int decode_write_ = 1;          // TRIPATH_DECODE_WRITE
   bool decode_segments_ = false;  // this plan has the segments' item set (add_decode_segments)
   bool segment_direct_ = false;   // ... and no request has two pieces: final output, no merge
   int32_t segment_parts_ = 0;     // the most pieces of one request

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <sstream>
@@ -78,6 +79,19 @@ std::vector<GpuCase> all_cases() {
       c.backend = b;
       c.name = b + "_" + name;
       out.push_back(c);
+    };
+    // A copy of each listed case named in `names` (in list order), changed by `edit` and added
+    // as `prefix` + its name without the backend.
+    auto derive = [&](std::initializer_list<const char*> names, const std::string& prefix,
+                      auto edit) {
+      for (const GpuCase& m : std::vector<GpuCase>(out)) {
+        for (const char* name : names) {
+          if (m.name != name) continue;
+          GpuCase k = m;
+          edit(k);
+          add(k, prefix + m.name.substr(b.size() + 1));
+        }
+      }
     };
     GpuCase base;
     base.reqs = mixed_step();
@@ -191,16 +205,9 @@ std::vector<GpuCase> all_cases() {
     if (b == "three_path") {
       // Decode kernel and merge as programmatic dependents (TRIPATH_PDL=1): GQA, sinks, a
       // window, fp8, many splits, a mixed step (the flash launches after them stay plain).
-      for (const GpuCase& m : std::vector<GpuCase>(out)) {
-        for (const char* name :
-             {"three_path_decode_gqa8", "three_path_decode_sinks", "three_path_decode_window64",
-              "three_path_fp8_decode_d128", "three_path_decode_128k", "three_path_mixed_d128"}) {
-          if (m.name != name) continue;
-          GpuCase k = m;
-          k.pdl = true;
-          add(k, "pdl_" + m.name.substr(b.size() + 1));
-        }
-      }
+      derive({"three_path_decode_gqa8", "three_path_decode_sinks", "three_path_decode_window64",
+              "three_path_fp8_decode_d128", "three_path_decode_128k", "three_path_mixed_d128"},
+             "pdl_", [](GpuCase& k) { k.pdl = true; });
       // Uniform decode batches. The tp8 shard's (64 row sets on 132 SMs) run as 2-CTA clusters
       // by default (TRIPATH_DECODE_CLUSTER=1; add_decode_pairs), and once with the planner's
       // splits and the merge kernel; then pair cases with every feature: lengths within 7/8,
@@ -325,29 +332,15 @@ std::vector<GpuCase> all_cases() {
       // TRIPATH_DECODE_WRITE=0 (the cache-write kernel writes every token before the decode
       // kernel reads): one-split decode, splits and the merge, fp8, pairs, segments, a mixed step.
       // Every other three_path case runs the default, the decode kernel writing its rows.
-      for (const GpuCase& m : std::vector<GpuCase>(out)) {
-        for (const char* name :
-             {"three_path_decode_gqa8", "three_path_decode_128k", "three_path_fp8_decode_d128",
+      derive({"three_path_decode_gqa8", "three_path_decode_128k", "three_path_fp8_decode_d128",
               "three_path_decode_uniform_tp8", "three_path_segments_gqa16",
-              "three_path_segments_mixed_step", "three_path_mixed_d128"}) {
-          if (m.name != name) continue;
-          GpuCase k = m;
-          k.decode_write = 0;
-          add(k, "cache_kernel_" + m.name.substr(b.size() + 1));
-        }
-      }
+              "three_path_segments_mixed_step", "three_path_mixed_d128"},
+             "cache_kernel_", [](GpuCase& k) { k.decode_write = 0; });
       // TRIPATH_DECODE_WRITE=2: the fused write on fp8 caches too (off by default there).
-      for (const GpuCase& m : std::vector<GpuCase>(out)) {
-        for (const char* name :
-             {"three_path_fp8_decode_d64", "three_path_fp8_decode_d128",
+      derive({"three_path_fp8_decode_d64", "three_path_fp8_decode_d128",
               "three_path_fp8_decode_tiled_d128", "three_path_fp8_decode_uniform_tp8",
-              "three_path_segments_fp8", "three_path_fp8_mixed_d128", "three_path_f16_fp8_mixed"}) {
-          if (m.name != name) continue;
-          GpuCase k = m;
-          k.decode_write = 2;
-          add(k, "fp8_write_" + m.name.substr(b.size() + 1));
-        }
-      }
+              "three_path_segments_fp8", "three_path_fp8_mixed_d128", "three_path_f16_fp8_mixed"},
+             "fp8_write_", [](GpuCase& k) { k.decode_write = 2; });
       // TRIPATH_FUSE_COMPUTE=0 (prefill, the extend self-part and each round in their own
       // launches) and 1 (the first three in one launch, partial slots and merges as for many
       // rounds; the default 2 also runs single-round extends in one pass): one round, many

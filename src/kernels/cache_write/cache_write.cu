@@ -35,20 +35,10 @@ __global__ void cache_write_kernel(const __grid_constant__ CacheWriteParams p) {
       const int64_t dst = kv_chunk_offset(p.layout, block, offset, head, g / 2, p.block_size,
                                           p.num_kv_heads, p.head_dim, 16) +
                           (g % 2) * 8;
-      const T* ke = reinterpret_cast<const T*>(&kraw);
-      const T* ve = reinterpret_cast<const T*>(&vraw);
-      uint8_t kb[8], vb[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const fp8 kq = from_float<fp8>(to_float(ke[e]) / p.k_scale);
-        const fp8 vq = from_float<fp8>(to_float(ve[e]) / p.v_scale);
-        kb[e] = kq.__x;
-        vb[e] = vq.__x;
-      }
       *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.k_cache) + dst) =
-          *reinterpret_cast<const uint2*>(kb);
+          fp8x8_from<T>(kraw, p.k_scale);
       *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.v_cache) + dst) =
-          *reinterpret_cast<const uint2*>(vb);
+          fp8x8_from<T>(vraw, p.v_scale);
     }
   }
 }

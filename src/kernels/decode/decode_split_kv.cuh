@@ -160,18 +160,11 @@ __device__ __forceinline__ void decode_write_new_rows(const UnifiedParams& p, in
       *reinterpret_cast<uint4*>(kc + dst) = kr;
       *reinterpret_cast<uint4*>(vc + dst) = vr;
     } else {
-      const uint4 kr[2] = {k[0], k[1]}, vr[2] = {v[0], v[1]};
-      const T* ke = reinterpret_cast<const T*>(kr);
-      const T* ve = reinterpret_cast<const T*>(vr);
-      alignas(16) uint8_t kb[16];
-      alignas(16) uint8_t vb[16];
-#pragma unroll
-      for (int e = 0; e < 16; ++e) {
-        kb[e] = from_float<fp8>(to_float(ke[e]) / p.k_scale).__x;
-        vb[e] = from_float<fp8>(to_float(ve[e]) / p.v_scale).__x;
-      }
-      *reinterpret_cast<uint4*>(kc + dst) = *reinterpret_cast<const uint4*>(kb);
-      *reinterpret_cast<uint4*>(vc + dst) = *reinterpret_cast<const uint4*>(vb);
+      // A 16-element chunk: two 8-element input loads each.
+      const uint2 k0 = fp8x8_from<T>(k[0], p.k_scale), k1 = fp8x8_from<T>(k[1], p.k_scale);
+      const uint2 v0 = fp8x8_from<T>(v[0], p.v_scale), v1 = fp8x8_from<T>(v[1], p.v_scale);
+      *reinterpret_cast<uint4*>(kc + dst) = make_uint4(k0.x, k0.y, k1.x, k1.y);
+      *reinterpret_cast<uint4*>(vc + dst) = make_uint4(v0.x, v0.y, v1.x, v1.y);
     }
   }
 }
@@ -348,7 +341,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     // ones after the prologue's copies are issued, off the ramp: the loop's barrier of the
     // iteration that issues their stage comes after.
     [[maybe_unused]] const int new_lo = max(key_lo, ctx);
-    [[maybe_unused]] const int new_count = kWrite ? max(0, key_hi - new_lo) : 0;
+    [[maybe_unused]] const int new_count = max(0, key_hi - new_lo);
     [[maybe_unused]] const bool write_early =
         new_count > 0 && new_lo < first + (kStages - 1) * kKeys;
 

@@ -85,6 +85,8 @@ struct Entry {
   bool on_gpu = false;
   bool graph_used = false;  // timed by CUDA-graph replay
   int cache_copies = 1;     // rotated cache copies (L2)
+  // Decode-only MHA steps on the GPU: the median of a paged gather of the same rows (0: none).
+  double gather_ms = 0.0, gather_bytes = 0.0;
 };
 
 // The reference backend runs on the host; every other backend is a CUDA backend.
@@ -231,6 +233,11 @@ void print_progress(const Entry& e, size_t index, size_t total) {
     }
     if (e.timed) {
       s << " median " << fixed(e.timing.median_ms, 3) << " ms of " << e.timing.times_ms.size();
+      if (e.gather_ms > 0.0) {
+        s << "; a gather of its rows " << fixed(e.gather_ms * 1e3, 1) << " us ("
+          << fixed(rate(e.gather_bytes, e.gather_ms, 1e12), 2) << " TB/s): "
+          << fixed(100.0 * e.gather_ms / e.timing.median_ms, 1) << "% of gather speed";
+      }
     }
   }
   std::cerr << s.str() << std::endl;
@@ -269,6 +276,20 @@ void bench_on_gpu(Backend& backend, Step& step, const std::optional<ReferenceOut
   e.timed = true;
   e.on_gpu = true;
   e.cache_copies = copies;
+  if constexpr (std::is_same_v<Step, MhaStep>) {
+    if (gpu.gather_bytes() > 0) {  // the same rows, copies and timer, nothing computed
+      auto gather = [&](void* stream) {
+        for (int c = 0; c < copies; ++c) gpu.gather(c, stream);
+      };
+      std::vector<double> g =
+          time_gpu_calls(gather, static_cast<int>(options.warmup),
+                         static_cast<int>(options.repeats), true, nullptr,
+                         options.timing == "held");
+      for (double& t : g) t /= copies;
+      e.gather_ms = summarize(std::move(g)).median_ms;
+      e.gather_bytes = gpu.gather_bytes();
+    }
+  }
 }
 
 // Verifies (optionally) and times every backend on one step.
@@ -423,6 +444,12 @@ nlohmann::json entry_json(const Entry& e) {
       j["pct_read_ceiling"] = 100.0 * j["tbps"].get<double>() / c.read_tbps;
       j["pct_copy_ceiling"] = 100.0 * j["tbps"].get<double>() / c.copy_tbps;
       j["pct_gemm_ceiling"] = 100.0 * j["tflops"].get<double>() / c.gemm_tflops;
+    }
+    if (e.gather_ms > 0.0 && e.timed) {
+      // The decode's time against a gather of its rows: 100 means gather speed.
+      j["gather"] = {{"median_ms", e.gather_ms},
+                     {"tbps", rate(e.gather_bytes, e.gather_ms, 1e12)},
+                     {"pct_of_gather_rate", 100.0 * e.gather_ms / e.timing.median_ms}};
     }
   }
   if (e.verified) {

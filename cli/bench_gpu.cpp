@@ -67,6 +67,46 @@ GpuMhaStep::GpuMhaStep(const MhaStep& host, int cache_copies) : host_(host) {
     cache_k_.push_back(mirror(in.cache.k));
     cache_v_.push_back(mirror(in.cache.v));
   }
+  // The gather's list: one entry per cache block a decode request's context touches.
+  const StepPlan& plan = host.step.plan;
+  const int chunks = in.cache.config.head_dim * static_cast<int>(dtype_size(in.cache.config.dtype)) / 16;
+  if (plan.decode.num_requests() > 0 && plan.extend.num_requests() == 0 &&
+      plan.prefill.num_requests() == 0 && chunks > 0 && (chunks & (chunks - 1)) == 0) {
+    const int bs = in.cache.config.block_size;
+    std::vector<int32_t> blocks, rows;
+    for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i) {
+      const int32_t ctx = plan.context_lens[i];
+      for (int32_t b = 0; b * bs < ctx; ++b) {
+        blocks.push_back(plan.block_row(i)[b]);
+        rows.push_back(std::min(bs, ctx - b * bs));
+      }
+      gather_bytes_ += 2.0 * ctx * in.cache.config.num_kv_heads * in.cache.config.head_dim *
+                       static_cast<double>(dtype_size(in.cache.config.dtype));
+    }
+    gather_entries_ = static_cast<int32_t>(blocks.size());
+    gather_blocks_ = DeviceAllocation(blocks.size() * sizeof(int32_t));
+    gather_rows_ = DeviceAllocation(rows.size() * sizeof(int32_t));
+    gather_sum_ = DeviceAllocation(kPagedGatherSumWords * sizeof(uint32_t));
+    copy_to_device(gather_blocks_.data(), blocks.data(), blocks.size() * sizeof(int32_t));
+    copy_to_device(gather_rows_.data(), rows.data(), rows.size() * sizeof(int32_t));
+  }
+}
+
+void GpuMhaStep::gather(int copy, void* stream) const {
+  if (gather_entries_ == 0) return;
+  const KvCacheConfig& config = host_.inputs.cache.config;
+  PagedGatherArgs a;
+  a.k_cache = cache_k_[copy].data();
+  a.v_cache = cache_v_[copy].data();
+  a.blocks = static_cast<const int32_t*>(gather_blocks_.data());
+  a.rows = static_cast<const int32_t*>(gather_rows_.data());
+  a.num_entries = gather_entries_;
+  a.block_size = config.block_size;
+  a.num_kv_heads = config.num_kv_heads;
+  a.row_bytes = config.head_dim * static_cast<int32_t>(dtype_size(config.dtype));
+  a.layout = static_cast<int32_t>(config.layout);
+  a.checksum = static_cast<uint32_t*>(gather_sum_.data());
+  launch_paged_gather(a, stream);
 }
 
 AttentionInputs GpuMhaStep::inputs(int copy, bool write_cache, void* stream) const {

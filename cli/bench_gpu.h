@@ -25,6 +25,11 @@ class GpuMhaStep {
   // The step's inputs on cache copy `copy`; with write_cache, run() writes the new K/V first.
   AttentionInputs inputs(int copy, bool write_cache, void* stream) const;
   void download_out(MhaStep& host) const;
+  // A paged gather of the decode rows (tripath/device.h) on cache copy `copy`: every context row
+  // of every decode request, the bytes BENCH.md's decode formula counts. Null on a step with
+  // extend or prefill requests (gather_bytes() 0).
+  void gather(int copy, void* stream) const;
+  double gather_bytes() const { return gather_bytes_; }
 
   static int copies_for(const MhaStep& host, size_t l2_bytes);
 
@@ -32,6 +37,9 @@ class GpuMhaStep {
   const MhaStep& host_;
   DeviceAllocation q_, k_, v_, out_, sinks_;
   std::vector<DeviceAllocation> cache_k_, cache_v_;
+  DeviceAllocation gather_blocks_, gather_rows_, gather_sum_;
+  int32_t gather_entries_ = 0;
+  double gather_bytes_ = 0.0;
 };
 
 class GpuMlaStep {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -59,5 +60,26 @@ struct GpuCeilings {
   double gemm_tflops = 0.0;
 };
 GpuCeilings measure_gpu_ceilings();
+
+// A paged gather with nothing computed (shared/BENCH.md): rows [0, rows[i]) of cache block
+// blocks[i] for every KV head, read from the K and V caches with 16-byte loads, the bytes a
+// decode kernel streams over the same rows. The bench times it on a decode step's own cache and
+// blocks (the floor the step's decode approaches). Every 32-bit word read is added (mod 2^32)
+// into one of the kPagedGatherSumWords words at `checksum`, so the loads stay live and a test can
+// check what was read (the words' sum). Throws tripath::Error naming a bad argument.
+inline constexpr int kPagedGatherSumWords = 256;
+struct PagedGatherArgs {
+  const void* k_cache = nullptr;  // device, one layer's K of the layout below
+  const void* v_cache = nullptr;
+  const int32_t* blocks = nullptr;  // device, [num_entries] physical block ids
+  const int32_t* rows = nullptr;    // device, [num_entries] rows read of each, in [0, block_size]
+  int32_t num_entries = 0;
+  int32_t block_size = 16;   // a power of two
+  int32_t num_kv_heads = 1;
+  int32_t row_bytes = 0;     // head_dim x element size: 16 x a power of two
+  int32_t layout = 0;        // KvLayout as an integer: 0 NHD, 1 HND, 2 tiled
+  uint32_t* checksum = nullptr;  // device, kPagedGatherSumWords words
+};
+void launch_paged_gather(const PagedGatherArgs& args, void* stream);
 
 }  // namespace tripath

@@ -21,5 +21,6 @@ std::vector<double> time_gpu_calls(const std::function<void(void*)>&, int, int, 
   no_cuda();
 }
 GpuCeilings measure_gpu_ceilings() { no_cuda(); }
+void launch_paged_gather(const PagedGatherArgs&, void*) { no_cuda(); }
 
 }  // namespace tripath

@@ -5,9 +5,11 @@
 #include <optional>
 #include <utility>
 
+#include "ceilings/paged_gather.h"
 #include "common/stream_hold.h"
 #include "cuda_util.h"
 #include "tripath/device.h"
+#include "tripath/error.h"
 
 namespace tripath {
 
@@ -140,6 +142,44 @@ std::vector<double> time_gpu_calls(const std::function<void(void*)>& call, int w
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   cudaStreamDestroy(stream);
   return times;
+}
+
+void launch_paged_gather(const PagedGatherArgs& a, void* stream) {
+  auto log2_of = [](int32_t x) {
+    int l = 0;
+    while ((1 << l) < x) ++l;
+    return l;
+  };
+  auto pow2 = [](int32_t x) { return x > 0 && (x & (x - 1)) == 0; };
+  TRIPATH_CHECK_ARG(a.k_cache != nullptr && a.v_cache != nullptr, "k_cache / v_cache", "null",
+                    "device pointers to the K and V caches");
+  TRIPATH_CHECK_ARG(a.num_entries >= 0, "num_entries", a.num_entries, ">= 0");
+  TRIPATH_CHECK_ARG(a.num_entries == 0 || (a.blocks != nullptr && a.rows != nullptr),
+                    "blocks / rows", "null", "device arrays of num_entries ids and row counts");
+  TRIPATH_CHECK_ARG(a.checksum != nullptr, "checksum", "null",
+                    "device memory of kPagedGatherSumWords words");
+  TRIPATH_CHECK_ARG(pow2(a.block_size) && a.block_size <= 256, "block_size", a.block_size,
+                    "a power of two in [1, 256]");
+  TRIPATH_CHECK_ARG(a.num_kv_heads >= 1 && a.num_kv_heads <= 65535, "num_kv_heads",
+                    a.num_kv_heads, "in [1, 65535]");
+  TRIPATH_CHECK_ARG(a.row_bytes >= 16 && a.row_bytes % 16 == 0 && pow2(a.row_bytes / 16),
+                    "row_bytes", a.row_bytes, "16 x a power of two");
+  TRIPATH_CHECK_ARG(a.layout >= 0 && a.layout <= 2, "layout", a.layout,
+                    "0 (NHD), 1 (HND) or 2 (tiled)");
+  static_assert(kPagedGatherSumWords == kernels::kPagedGatherSumWords, "one checksum width");
+  kernels::PagedGatherParams p{};
+  p.k_cache = static_cast<const unsigned char*>(a.k_cache);
+  p.v_cache = static_cast<const unsigned char*>(a.v_cache);
+  p.blocks = a.blocks;
+  p.rows = a.rows;
+  p.num_entries = a.num_entries;
+  p.log2_block_size = log2_of(a.block_size);
+  p.num_kv_heads = a.num_kv_heads;
+  p.log2_row_chunks = log2_of(a.row_bytes / 16);
+  p.layout = a.layout;
+  p.checksum = a.checksum;
+  TRIPATH_CUDA_CHECK(
+      kernels::launch_paged_gather_impl(p, static_cast<cudaStream_t>(stream)));
 }
 
 }  // namespace tripath

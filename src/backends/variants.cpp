@@ -50,9 +50,8 @@ std::vector<VariantVariable> variant_variables() {
        2, 1, ""},
       {"TRIPATH_PDL", "three_path, mla",
        "1: decode kernels and their merge launched as programmatic dependents (they start while "
-       "the kernel before them ends); 2: the same, and three_path's split-KV decode prefetches "
-       "its first keys of cached context into L2 before waiting for that kernel",
-       2, 0, ""},
+       "the kernel before them ends)",
+       1, 0, ""},
       {"TRIPATH_MLA_WGMMA", "mla",
        "1: wgmma decode kernel for 64-row steps on a bf16 cache; 2: the same with TMA loads; "
        "3: wgmma (TMA) on every bf16 step, rows padded to 64; 4: the seesaw wgmma kernel (both "

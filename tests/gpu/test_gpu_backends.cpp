@@ -37,9 +37,8 @@ struct GpuCase {
                                  // default, with tma_all_warps; else 1), 0 cp.async gathers
   bool tma_all_warps = true;     // 2: the boxes issued by every producer warp; 1: by the first
   bool extend_gather = false;    // three_path with TRIPATH_EXTEND_GATHER=1 (gathered chunks)
-  int pdl = 0;                   // three_path's TRIPATH_PDL: 1, decode and merge launched as
-                                 // programmatic dependents; 2, the decode also prefetching its
-                                 // first keys of context into L2 before it waits
+  bool pdl = false;              // three_path with TRIPATH_PDL=1 (decode and merge launched as
+                                 // programmatic dependents)
   bool decode_cluster = true;    // three_path's TRIPATH_DECODE_CLUSTER (an even decode batch of
                                  // few row sets as 2-CTA clusters of halves)
   int decode_segments = 1;       // StepInput::decode_segments: 1 where the planner predicts them
@@ -208,7 +207,7 @@ std::vector<GpuCase> all_cases() {
       // window, fp8, many splits, a mixed step (the flash launches after them stay plain).
       derive({"three_path_decode_gqa8", "three_path_decode_sinks", "three_path_decode_window64",
               "three_path_fp8_decode_d128", "three_path_decode_128k", "three_path_mixed_d128"},
-             "pdl_", [](GpuCase& k) { k.pdl = 1; });
+             "pdl_", [](GpuCase& k) { k.pdl = true; });
       // Uniform decode batches. The tp8 shard's (64 row sets on 132 SMs) run as 2-CTA clusters
       // by default (TRIPATH_DECODE_CLUSTER=1; add_decode_pairs), and once with the planner's
       // splits and the merge kernel; then pair cases with every feature: lengths within 7/8,
@@ -342,15 +341,6 @@ std::vector<GpuCase> all_cases() {
               "three_path_fp8_decode_tiled_d128", "three_path_fp8_decode_uniform_tp8",
               "three_path_segments_fp8", "three_path_fp8_mixed_d128", "three_path_f16_fp8_mixed"},
              "fp8_write_", [](GpuCase& k) { k.decode_write = 2; });
-      // TRIPATH_PDL=2 (the context prefetch before the wait): one split, splits and the merge,
-      // a window (no prefetch), fp8, the pairs, segments, a tiled layout, the fused write off, a
-      // mixed step.
-      derive({"three_path_decode_gqa8", "three_path_decode_128k", "three_path_decode_window64",
-              "three_path_fp8_decode_d128", "three_path_decode_uniform_tp8",
-              "three_path_pairs_gqa8_2kv_tiled", "three_path_pairs_tp8_mtp2_block64",
-              "three_path_segments_gqa16", "three_path_segments_tiled_no_lse",
-              "three_path_cache_kernel_decode_gqa8", "three_path_mixed_d128"},
-             "pdl2_", [](GpuCase& k) { k.pdl = 2; });
       // TRIPATH_FUSE_COMPUTE=0 (prefill, the extend self-part and each round in their own
       // launches) and 1 (the first three in one launch, partial slots and merges as for many
       // rounds; the default 2 also runs single-round extends in one pass): one round, many
@@ -672,7 +662,7 @@ TEST_P(GpuBackendTest, MatchesReference) {
   {
     ScopedEnv tma("TRIPATH_FLASH_TMA", !c.flash_tma ? "0" : c.tma_all_warps ? "2" : "1");
     ScopedEnv gather("TRIPATH_EXTEND_GATHER", c.extend_gather ? "1" : "0");
-    ScopedEnv pdl("TRIPATH_PDL", std::to_string(c.pdl).c_str());
+    ScopedEnv pdl("TRIPATH_PDL", c.pdl ? "1" : "0");
     ScopedEnv cluster("TRIPATH_DECODE_CLUSTER", c.decode_cluster ? "1" : "0");
     ScopedEnv segments("TRIPATH_DECODE_SEGMENTS", c.decode_segments == 0 ? "0" : "1");
     const std::string write_value = std::to_string(c.decode_write);
@@ -752,11 +742,11 @@ TEST(GpuGraph, CaptureAndReplay) {
   TRIPATH_REQUIRE_GPU();
 #ifdef TRIPATH_WITH_CUDA
   // three_path_gather: three_path with its extend chunks gathered (the gather kernel captured);
-  // three_path_pdl / _pdl2: TRIPATH_PDL=1 / 2 (programmatic edges in the graph); three_path_persistent:
+  // three_path_pdl: with TRIPATH_PDL=1 (programmatic edges in the graph); three_path_persistent:
   // TRIPATH_FLASH_OVERLAP=14 (persistent flash CTAs claiming items through counters the graph
   // reuses on every replay).
   for (const std::string name : {"unified", "two_path", "three_path", "three_path_gather",
-                                 "three_path_pdl", "three_path_pdl2", "three_path_persistent"}) {
+                                 "three_path_pdl", "three_path_persistent"}) {
     for (bool decode_only : {true, false}) {
       SCOPED_TRACE(name + (decode_only ? " decode" : " mixed"));
       GpuCase c;
@@ -766,11 +756,10 @@ TEST(GpuGraph, CaptureAndReplay) {
       if (!spec_built(c.dim, c.dtype, c.cache)) GTEST_SKIP() << "128/bf16/bf16 not built";
       std::unique_ptr<AttentionBackend> backend;
       {
-        const bool gather = name == "three_path_gather";
-        const bool pdl = name == "three_path_pdl" || name == "three_path_pdl2";
+        const bool gather = name == "three_path_gather", pdl = name == "three_path_pdl";
         const bool persistent = name == "three_path_persistent";
         ScopedEnv env("TRIPATH_EXTEND_GATHER", gather ? "1" : "0");
-        ScopedEnv pdl_env("TRIPATH_PDL", name == "three_path_pdl2" ? "2" : pdl ? "1" : "0");
+        ScopedEnv pdl_env("TRIPATH_PDL", pdl ? "1" : "0");
         ScopedEnv tma("TRIPATH_FLASH_TMA", nullptr);
         ScopedEnv overlap("TRIPATH_FLASH_OVERLAP", persistent ? "14" : nullptr);
         backend = create_attention_backend(gather || pdl || persistent ? "three_path" : name);

@@ -147,7 +147,7 @@ class CudaMlaBackend final : public MlaBackend {
     wgmma_tma_ = wgmma >= 2;
     wgmma_all_rows_ = wgmma == 3;
     wgmma_seesaw_ = wgmma == 4;
-    pdl_ = read_variant("TRIPATH_PDL") >= 1 && kind_ == MlaKind::kPacked;
+    pdl_ = read_variant("TRIPATH_PDL") == 1 && kind_ == MlaKind::kPacked;
   }
   ~CudaMlaBackend() override {
     if (cublas_ != nullptr) cublasDestroy(cublas_);

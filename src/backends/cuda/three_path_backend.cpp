@@ -127,10 +127,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     fp8 cache too (measured slower there: decode-mixed 136.5 -> 138.6 us, the conversion
   //     lengthens the stage loop); 0: the cache-write kernel writes every token first.
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
-  //     dependents (launch_kernel.h): each may start while the kernel before it ends;
-  //     2: the decode kernel also prefetches its first keys of cached context into L2 before
-  //     griddepcontrol.wait (decode_prefetch_context). Default 0 (1 measured no gain; 2 not
-  //     yet measured).
+  //     dependents (launch_kernel.h): each may start while the kernel before it ends.
+  //     Default 0 until measured.
   //   A value outside the list is an error naming the variable.
   ThreePathBackend() {
     const int tma = read_variant("TRIPATH_FLASH_TMA");
@@ -140,7 +138,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     // 4 wide tiles with the serial loop, 5 wide tiles with ping-pong.
     flash_mode_ = static_cast<kernels::FlashConsumerMode>(read_variant("TRIPATH_FLASH_OVERLAP"));
     extend_gather_ = read_variant("TRIPATH_EXTEND_GATHER") == 1;
-    pdl_ = read_variant("TRIPATH_PDL");
+    pdl_ = read_variant("TRIPATH_PDL") == 1;
     fuse_ = read_variant("TRIPATH_FUSE_COMPUTE");
     decode_cluster_ = read_variant("TRIPATH_DECODE_CLUSTER") == 1;
     decode_segment_mode_ = read_variant("TRIPATH_DECODE_SEGMENTS");
@@ -310,7 +308,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
         TRIPATH_CUDA_CHECK(kernels::launch_flash_prefill(
             params.head_dim, in.q.dtype, p, gathered ? gather_maps : maps, flash_mode_, stream));
       } else if (decode_kernel && l.kind == Launch::kDecode) {
-        p.pdl = pdl_;
+        p.pdl = pdl_ ? 1 : 0;
         p.cluster_splits = l.pairs ? 2 : 0;
         if (decode_writes) {
           p.new_k = in.k.data;
@@ -591,7 +589,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   std::vector<Launch> launches_;
   DeviceBuffer workspace_;
   DeviceBuffer item_counter_;  // the persistent flash modes' two counters (UnifiedParams)
-  int pdl_ = 0;                 // TRIPATH_PDL: 0, 1, or 2 (1 + the context prefetch)
+  bool pdl_ = false;            // TRIPATH_PDL=1
   bool decode_cluster_ = true;  // TRIPATH_DECODE_CLUSTER=1
   bool decode_pairs_ = false;   // this plan has the 2-CTA cluster item set (add_decode_pairs)
   int capacity_head_dim_ = -1;  // the head dim cluster_capacity_ was asked for (-1: none yet)

@@ -169,35 +169,6 @@ __device__ __forceinline__ void decode_write_new_rows(const UnifiedParams& p, in
   }
 }
 
-// TRIPATH_PDL=2 (p.pdl == 2, a programmatic dependent): before griddepcontrol.wait, the first
-// `keys` keys of cached context of the block's first item (never this step's new rows, which the
-// kernel before may still be writing) are prefetched into L2, so the ramp's metadata chain and
-// first HBM reads overlap that kernel's tail. Hints only: the copies after the wait read the same
-// rows. Out of line, so the forms that never take it keep their code.
-template <int D, typename KvT>
-__device__ __noinline__ void decode_prefetch_context(const UnifiedParams& p, int keys) {
-  const int item = p.block_items != nullptr ? p.block_items[blockIdx.x] : blockIdx.x;
-  const UnifiedWorkItem it = p.items[item];
-  const int lo = max(0, it.kv_begin);
-  const int hi = min(min(it.kv_end, p.context_lens[it.request]), lo + keys);
-  const int32_t* table = p.block_table + int64_t(it.request) * p.max_blocks_per_request;
-  constexpr int kRowBytes = D * int(sizeof(KvT));
-  constexpr int kLines = kRowBytes >= 128 ? kRowBytes / 128 : 1;
-  const unsigned char* k = static_cast<const unsigned char*>(p.k_cache);
-  const unsigned char* v = static_cast<const unsigned char*>(p.v_cache);
-  for (int u = threadIdx.x; u < (hi - lo) * kLines; u += blockDim.x) {
-    const int kabs = lo + u / kLines, slot = kabs & (p.block_size - 1);
-    const int64_t block = table[kabs >> p.log2_block_size];
-    // Row start in every layout (the tiled layout permutes chunks within the row only).
-    const int64_t row = p.layout == kLayoutNHD
-                            ? (block * p.block_size + slot) * p.num_kv_heads + it.kv_head
-                            : (block * p.num_kv_heads + it.kv_head) * p.block_size + slot;
-    const int64_t off = row * kRowBytes + (u % kLines) * 128;
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(k + off));
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(v + off));
-  }
-}
-
 // The pair's merge (p.cluster_splits = 2), run by rank 0 after the cluster barrier: its own
 // normalized rows (left in place in the combine's buffer, row stride `own_stride`) and LSEs, the
 // peer's pushed into peer_o / peer_lse, merged as merge_states does (o = sum w_i o_i / sum w_i,
@@ -286,8 +257,6 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     }
   };
   stamp(0);
-  if (p.pdl == 2 && p.window_left < 0)
-    decode_prefetch_context<D, KvT>(p, Cfg::kKeys * (Cfg::kStages - 1));
   pdl_wait();  // a programmatic dependent (p.pdl): the cache write before it has finished
   pdl_launch_dependents();
   // Items: one per block, or with p.block_items the block's list [block_items[b],

@@ -69,10 +69,12 @@ GpuMhaStep::GpuMhaStep(const MhaStep& host, int cache_copies) : host_(host) {
   }
   // The gather's list: one entry per cache block a decode request's context touches.
   const StepPlan& plan = host.step.plan;
-  const int chunks = in.cache.config.head_dim * static_cast<int>(dtype_size(in.cache.config.dtype)) / 16;
+  const KvCacheConfig& config = in.cache.config;
+  gather_row_bytes_ = config.head_dim * static_cast<int32_t>(dtype_size(config.dtype));
+  const int chunks = gather_row_bytes_ / 16;  // launch_paged_gather takes powers of two
   if (plan.decode.num_requests() > 0 && plan.extend.num_requests() == 0 &&
       plan.prefill.num_requests() == 0 && chunks > 0 && (chunks & (chunks - 1)) == 0) {
-    const int bs = in.cache.config.block_size;
+    const int bs = config.block_size;
     std::vector<int32_t> blocks, rows;
     for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i) {
       const int32_t ctx = plan.context_lens[i];
@@ -80,8 +82,7 @@ GpuMhaStep::GpuMhaStep(const MhaStep& host, int cache_copies) : host_(host) {
         blocks.push_back(plan.block_row(i)[b]);
         rows.push_back(std::min(bs, ctx - b * bs));
       }
-      gather_bytes_ += 2.0 * ctx * in.cache.config.num_kv_heads * in.cache.config.head_dim *
-                       static_cast<double>(dtype_size(in.cache.config.dtype));
+      gather_bytes_ += 2.0 * ctx * config.num_kv_heads * gather_row_bytes_;
     }
     gather_entries_ = static_cast<int32_t>(blocks.size());
     gather_blocks_ = DeviceAllocation(blocks.size() * sizeof(int32_t));
@@ -103,7 +104,7 @@ void GpuMhaStep::gather(int copy, void* stream) const {
   a.num_entries = gather_entries_;
   a.block_size = config.block_size;
   a.num_kv_heads = config.num_kv_heads;
-  a.row_bytes = config.head_dim * static_cast<int32_t>(dtype_size(config.dtype));
+  a.row_bytes = gather_row_bytes_;
   a.layout = static_cast<int32_t>(config.layout);
   a.checksum = static_cast<uint32_t*>(gather_sum_.data());
   launch_paged_gather(a, stream);

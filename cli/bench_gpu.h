@@ -38,7 +38,7 @@ class GpuMhaStep {
   DeviceAllocation q_, k_, v_, out_, sinks_;
   std::vector<DeviceAllocation> cache_k_, cache_v_;
   DeviceAllocation gather_blocks_, gather_rows_, gather_sum_;
-  int32_t gather_entries_ = 0;
+  int32_t gather_entries_ = 0, gather_row_bytes_ = 0;
   double gather_bytes_ = 0.0;
 };
 

@@ -10,6 +10,7 @@
 #include "gpu_test_util.h"
 #include "tripath/device.h"
 #include "tripath/error.h"
+#include "tripath/kv_cache.h"
 
 #ifdef TRIPATH_WITH_CUDA
 #include "common/stream_hold.h"
@@ -218,16 +219,22 @@ TEST(GpuPagedGather, ReadsExactlyTheListedRows) {
     for (int e = 0; e < c.entries; ++e)
       rows[e] = e == 0 ? 0 : e == 1 ? c.block_size
                                     : static_cast<int32_t>(rng() % (c.block_size + 1));
+    // The expected sum addresses each word through the library's own layout mapping (a row of
+    // row_words 4-byte elements).
+    KvCacheConfig config;
+    config.block_size = c.block_size;
+    config.num_kv_heads = c.heads;
+    config.head_dim = static_cast<int>(row_words);
+    config.dtype = DType::kF32;
+    config.layout = static_cast<KvLayout>(c.layout);
     uint32_t expected = 0;
     for (int e = 0; e < c.entries; ++e)
       for (int h = 0; h < c.heads; ++h)
-        for (int r = 0; r < rows[e]; ++r) {
-          const size_t row = c.layout == 0
-                                 ? (size_t(blocks[e]) * c.block_size + r) * c.heads + h
-                                 : (size_t(blocks[e]) * c.heads + h) * c.block_size + r;
-          for (size_t w = 0; w < row_words; ++w)
-            expected += k[row * row_words + w] + v[row * row_words + w];
-        }
+        for (int r = 0; r < rows[e]; ++r)
+          for (int w = 0; w < config.head_dim; ++w) {
+            const int64_t at = kv_cache_offset(config, blocks[e], r, h, w);
+            expected += k[at] + v[at];
+          }
     DeviceMem dk, dv, db, dr, sum(kPagedGatherSumWords * 4);
     dk.upload(k);
     dv.upload(v);

@@ -123,8 +123,7 @@ kernels::UnifiedParams CudaAttentionBackend::unified_params(const StepPlan& plan
   p.rows_per_token = params.num_q_heads / params.num_kv_heads;
   p.max_blocks_per_request = plan.max_blocks_per_request;
   p.block_size = c.block_size;
-  p.log2_block_size = 0;
-  while ((1 << p.log2_block_size) < c.block_size) ++p.log2_block_size;
+  p.log2_block_size = log2_of(c.block_size);
   p.layout = static_cast<int32_t>(c.layout);
   p.window_left = params.window_left;
   p.score_scale = params.effective_scale() * (fp8 ? c.k_scale : 1.0f);

@@ -145,11 +145,6 @@ std::vector<double> time_gpu_calls(const std::function<void(void*)>& call, int w
 }
 
 void launch_paged_gather(const PagedGatherArgs& a, void* stream) {
-  auto log2_of = [](int32_t x) {
-    int l = 0;
-    while ((1 << l) < x) ++l;
-    return l;
-  };
   auto pow2 = [](int32_t x) { return x > 0 && (x & (x - 1)) == 0; };
   TRIPATH_CHECK_ARG(a.k_cache != nullptr && a.v_cache != nullptr, "k_cache / v_cache", "null",
                     "device pointers to the K and V caches");

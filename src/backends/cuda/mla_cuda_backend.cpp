@@ -70,11 +70,6 @@ constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 size_t aligned(size_t bytes) { return (bytes + 255) / 256 * 256; }
-int log2_of(int x) {
-  int l = 0;
-  while ((1 << l) < x) ++l;
-  return l;
-}
 
 void check_gpu_dtype(const TensorView& t, const char* name, std::initializer_list<DType> ok,
                      const char* expected) {

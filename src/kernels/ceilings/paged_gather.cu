@@ -29,9 +29,9 @@ __global__ void __launch_bounds__(kThreads) paged_gather_kernel(const PagedGathe
     const int e = blockIdx.x * kEntries + threadIdx.x;
     const int64_t block = e < p.num_entries ? p.blocks[e] : 0;
     s_rows[threadIdx.x] = e < p.num_entries ? p.rows[e] : 0;
-    s_base[threadIdx.x] = (nhd ? block * bs * p.num_kv_heads + head
-                               : (block * p.num_kv_heads + head) * bs) *
-                          int64_t(row_bytes);
+    // In bytes (row_bytes one-byte elements per row); the tiled layout's rows are HND's.
+    s_base[threadIdx.x] = kv_chunk_offset(nhd ? kLayoutNHD : kLayoutHND, block, 0, head, 0, bs,
+                                          p.num_kv_heads, row_bytes, 16);
   }
   __syncthreads();
   const int64_t row_stride = nhd ? int64_t(p.num_kv_heads) * row_bytes : row_bytes;

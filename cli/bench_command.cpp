@@ -29,6 +29,7 @@
 #include "tripath/backend.h"
 #include "tripath/device.h"
 #include "tripath/error.h"
+#include "tripath/kv_cache.h"
 
 namespace tripath::cli {
 
@@ -61,6 +62,7 @@ struct Options {
   long long seed = 0;
   long long block_size = 16;
   long long split_waves = StepInput{}.split_waves;
+  long long cache_copies = 0;  // 0: rotated_cache_copies decides (bench_gpu.h)
   bool verify = false;
   bool with_cache_write = false;  // GPU timings include the step's cache write
 };
@@ -233,6 +235,8 @@ void print_progress(const Entry& e, size_t index, size_t total) {
     }
     if (e.timed) {
       s << " median " << fixed(e.timing.median_ms, 3) << " ms of " << e.timing.times_ms.size();
+      if (e.on_gpu)
+        s << " (" << e.cache_copies << (e.cache_copies == 1 ? " call" : " calls") << " per replay)";
       if (e.gather_ms > 0.0) {
         s << "; a gather of its rows " << fixed(e.gather_ms * 1e3, 1) << " us ("
           << fixed(rate(e.gather_bytes, e.gather_ms, 1e12), 2) << " TB/s): "
@@ -253,7 +257,8 @@ void bench_on_gpu(Backend& backend, Step& step, const std::optional<ReferenceOut
                   const Options& options, Entry& e) {
   using GpuStep = typename GpuStepOf<Step>::type;
   const GpuCeilings& ceilings = gpu_ceilings();
-  GpuStep gpu(step, GpuStep::copies_for(step, ceilings.l2_bytes));
+  GpuStep gpu(step, options.cache_copies > 0 ? static_cast<int>(options.cache_copies)
+                                             : GpuStep::copies_for(step, ceilings.l2_bytes));
   backend.prepare(step.step.plan, step.params, nullptr);
   for (int c = 0; c < gpu.cache_copies(); ++c)
     backend.run(step.step.plan, step.params, gpu.inputs(c, true, nullptr));
@@ -514,6 +519,10 @@ int run_bench(const std::vector<std::string>& args) {
                  "GPU timings of the whole call, the step's new K/V (or latent) rows written into "
                  "the cache first, as a serving engine calls it (default: attention alone)");
   flags.add_int("block-size", &o.block_size, 1, 256, "tokens per cache block, a power of two");
+  flags.add_int("cache-copies", &o.cache_copies, 0, 8,
+                "GPU timings: cache copies each replay rotates through, one call per copy, the "
+                "time per call = replay / copies (0: enough copies for 3 x L2 bytes, at most 4; "
+                "a step whose cache alone is that large gets one call per replay)");
   flags.add_int("split-waves", &o.split_waves, 1, 64,
                 "decode split-KV target: work items = waves x work units (StepInput::split_waves; "
                 "default 2, and 1 for the mla backend: mla_split_waves)");
@@ -521,7 +530,7 @@ int run_bench(const std::vector<std::string>& args) {
     std::cout << flags.usage();
     return 0;
   }
-  if ((o.block_size & (o.block_size - 1)) != 0) {
+  if (!is_valid_block_size(o.block_size)) {
     throw flags.error("invalid value '" + std::to_string(o.block_size) +
                       "' for --block-size: expected a power of two in [1, 256]");
   }
@@ -684,6 +693,8 @@ int run_bench(const std::vector<std::string>& args) {
                        {"timer", timer_name},
                        {"timing", o.timing},
                        {"with_cache_write", o.with_cache_write},
+                       {"cache_copies", o.cache_copies > 0 ? std::to_string(o.cache_copies)
+                                                           : "auto (3 x L2, at most 4)"},
                        {"verify", o.verify},
                        {"tolerance", o.tolerance}};
     doc["metrics"] = {

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tripath/kv_cache.h"
+
 namespace tripath::cli {
 namespace {
 
@@ -73,7 +75,7 @@ GpuMhaStep::GpuMhaStep(const MhaStep& host, int cache_copies) : host_(host) {
   gather_row_bytes_ = config.head_dim * static_cast<int32_t>(dtype_size(config.dtype));
   const int chunks = gather_row_bytes_ / 16;  // launch_paged_gather takes powers of two
   if (plan.decode.num_requests() > 0 && plan.extend.num_requests() == 0 &&
-      plan.prefill.num_requests() == 0 && chunks > 0 && (chunks & (chunks - 1)) == 0) {
+      plan.prefill.num_requests() == 0 && is_power_of_two(chunks)) {
     const int bs = config.block_size;
     std::vector<int32_t> blocks, rows;
     for (int32_t i = plan.decode.begin; i < plan.decode.end; ++i) {

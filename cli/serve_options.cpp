@@ -7,6 +7,7 @@
 #include "bench_workloads.h"
 #include "flags.h"
 #include "tripath/block_allocator.h"
+#include "tripath/kv_cache.h"
 
 namespace tripath::cli {
 
@@ -160,7 +161,7 @@ ParsedServeOptions parse_serve_options(const std::vector<std::string>& args, boo
   }
   if (o.concurrency.empty()) throw flags.error("--concurrency needs at least one value");
 
-  if ((o.block_size & (o.block_size - 1)) != 0) {
+  if (!is_valid_block_size(o.block_size)) {
     throw flags.error("invalid value '" + std::to_string(o.block_size) +
                       "' for --block-size: expected a power of two in [1, 256]");
   }

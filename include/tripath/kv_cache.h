@@ -27,6 +27,14 @@ inline constexpr int kSupportedHeadDims[] = {64, 80, 96, 128, 192, 256};
 bool is_supported_head_dim(int head_dim);
 std::string supported_head_dims_text();  // "{64, 80, 96, 128, 192, 256}"
 
+// Tokens per cache block: a power of two (kernels index blocks by shifts and masks) in
+// [1, kMaxBlockSize].
+inline constexpr int kMaxBlockSize = 256;
+constexpr bool is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+constexpr bool is_valid_block_size(int64_t block_size) {
+  return is_power_of_two(block_size) && block_size <= kMaxBlockSize;
+}
+
 struct KvCacheConfig {
   int64_t num_blocks = 0;
   int block_size = 16;  // power of two, 1..256

@@ -38,10 +38,8 @@ std::string supported_head_dims_text() {
 }
 
 namespace {
-bool is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
-
 void check_block_size(int block_size, const char* name) {
-  TRIPATH_CHECK_ARG(is_power_of_two(block_size) && block_size <= 256, name, block_size,
+  TRIPATH_CHECK_ARG(is_valid_block_size(block_size), name, block_size,
                     "a power of two in [1, 256]");
 }
 

@@ -7,6 +7,7 @@
 
 #include "decode_cost.h"
 #include "tripath/error.h"
+#include "tripath/kv_cache.h"
 
 namespace tripath {
 
@@ -31,8 +32,7 @@ void validate(const StepInput& in) {
                     std::to_string(in.query_lens.size()) + " entries (one per request, as "
                     "query_lens)");
   const int bs = in.block_size;
-  TRIPATH_CHECK_ARG(bs > 0 && bs <= 256 && (bs & (bs - 1)) == 0, "block_size", bs,
-                    "a power of two in [1, 256]");
+  TRIPATH_CHECK_ARG(is_valid_block_size(bs), "block_size", bs, "a power of two in [1, 256]");
   TRIPATH_CHECK_ARG(in.decode_threshold >= 1, "decode_threshold", in.decode_threshold,
                     "at least 1");
   TRIPATH_CHECK_ARG(in.decode_segments >= 0 && in.decode_segments <= 2, "decode_segments",

@@ -10,6 +10,7 @@
 #include "cuda_util.h"
 #include "tripath/device.h"
 #include "tripath/error.h"
+#include "tripath/kv_cache.h"
 
 namespace tripath {
 
@@ -145,7 +146,6 @@ std::vector<double> time_gpu_calls(const std::function<void(void*)>& call, int w
 }
 
 void launch_paged_gather(const PagedGatherArgs& a, void* stream) {
-  auto pow2 = [](int32_t x) { return x > 0 && (x & (x - 1)) == 0; };
   TRIPATH_CHECK_ARG(a.k_cache != nullptr && a.v_cache != nullptr, "k_cache / v_cache", "null",
                     "device pointers to the K and V caches");
   TRIPATH_CHECK_ARG(a.num_entries >= 0, "num_entries", a.num_entries, ">= 0");
@@ -153,11 +153,11 @@ void launch_paged_gather(const PagedGatherArgs& a, void* stream) {
                     "blocks / rows", "null", "device arrays of num_entries ids and row counts");
   TRIPATH_CHECK_ARG(a.checksum != nullptr, "checksum", "null",
                     "device memory of kPagedGatherSumWords words");
-  TRIPATH_CHECK_ARG(pow2(a.block_size) && a.block_size <= 256, "block_size", a.block_size,
+  TRIPATH_CHECK_ARG(is_valid_block_size(a.block_size), "block_size", a.block_size,
                     "a power of two in [1, 256]");
   TRIPATH_CHECK_ARG(a.num_kv_heads >= 1 && a.num_kv_heads <= 65535, "num_kv_heads",
                     a.num_kv_heads, "in [1, 65535]");
-  TRIPATH_CHECK_ARG(a.row_bytes >= 16 && a.row_bytes % 16 == 0 && pow2(a.row_bytes / 16),
+  TRIPATH_CHECK_ARG(a.row_bytes >= 16 && a.row_bytes % 16 == 0 && is_power_of_two(a.row_bytes / 16),
                     "row_bytes", a.row_bytes, "16 x a power of two");
   TRIPATH_CHECK_ARG(a.layout >= 0 && a.layout <= 2, "layout", a.layout,
                     "0 (NHD), 1 (HND) or 2 (tiled)");

@@ -207,9 +207,9 @@ __device__ __forceinline__ uint4 fp8x8_to(uint2 raw) {
   return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
-// Eight 16-bit values of T (16 bytes) -> eight fp8 e4m3 values (8 bytes, element e in byte e),
-// stored = e4m3(x / scale) with a true division: the CPU reference's rounding, so every cache
-// write (MHA and MLA) agrees with it, and with the others, bit for bit.
+// Eight 16-bit values of T (16 bytes) -> eight fp8 e4m3 values (8 bytes), stored = e4m3(x /
+// scale) with a true division: the CPU reference's rounding, so every cache write agrees with it
+// (and with the others) bit for bit.
 template <typename T>
 __device__ __forceinline__ uint2 fp8x8_from(uint4 raw, float scale) {
   const T* x = reinterpret_cast<const T*>(&raw);
@@ -219,16 +219,6 @@ __device__ __forceinline__ uint2 fp8x8_from(uint4 raw, float scale) {
     const fp8 q = from_float<fp8>(to_float(x[e]) / scale);
     b[e] = q.__x;
   }
-  return *reinterpret_cast<const uint2*>(b);
-}
-
-// The same from eight floats (the MLA cache write, whose input may be f32). Its own loop: built
-// on it, fp8x8_from's SASS in the MHA cache-write kernels changed (ptxas scheduled the
-// conversions apart from the loads), so the two keep the same expression instead.
-__device__ __forceinline__ uint2 fp8x8_from_floats(const float (&x)[8], float scale) {
-  uint8_t b[8];
-#pragma unroll
-  for (int e = 0; e < 8; ++e) b[e] = from_float<fp8>(x[e] / scale).__x;
   return *reinterpret_cast<const uint2*>(b);
 }
 

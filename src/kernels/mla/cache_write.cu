@@ -61,8 +61,11 @@ __global__ void mla_cache_write_kernel(const __grid_constant__ MlaCacheWritePara
     float x[8];
     load8(src, x);
     if constexpr (std::is_same_v<CacheT, fp8>) {
-      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.cache) + dst) =
-          fp8x8_from_floats(x, p.scale);
+      uint32_t w[2] = {0u, 0u};
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        w[i / 4] |= uint32_t(from_float<fp8>(x[i] / p.scale).__x) << (8 * (i % 4));
+      *reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.cache) + dst) = make_uint2(w[0], w[1]);
     } else {
       uint32_t w[4];
 #pragma unroll

@@ -31,6 +31,12 @@ std::string supported_head_dims_text();  // "{64, 80, 96, 128, 192, 256}"
 // [1, kMaxBlockSize].
 inline constexpr int kMaxBlockSize = 256;
 constexpr bool is_power_of_two(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
+// The exponent of a power of two (block sizes, chunk counts), as kernels take them for shifts.
+constexpr int log2_of(int x) {
+  int l = 0;
+  while ((1 << l) < x) ++l;
+  return l;
+}
 constexpr bool is_valid_block_size(int64_t block_size) {
   return is_power_of_two(block_size) && block_size <= kMaxBlockSize;
 }

@@ -19,6 +19,7 @@
 #include <sstream>
 
 #include "gpu_test_util.h"
+#include "tripath/kv_cache.h"
 
 #ifdef TRIPATH_WITH_CUDA
 #include "decode/launch.h"
@@ -254,12 +255,6 @@ std::vector<std::pair<int32_t, int32_t>> split_ranges(const StepPlan& plan, int3
     r.push_back({b, static_cast<int32_t>(seq * acc / total)});
   }
   return r;
-}
-
-int log2_of(int x) {
-  int l = 0;
-  while ((1 << l) < x) ++l;
-  return l;
 }
 
 void check_case(const DecodeCase& c) {

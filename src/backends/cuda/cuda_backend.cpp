@@ -7,6 +7,7 @@
 #include "cuda_util.h"
 #include "merge/merge_states.h"
 #include "tripath/error.h"
+#include "tripath/kv_cache.h"
 #include "unified/launch.h"
 
 namespace tripath {

@@ -19,13 +19,6 @@
 
 namespace tripath {
 
-// The exponent of a power of two (block sizes, chunk counts), as kernels take them for shifts.
-inline int log2_of(int x) {
-  int l = 0;
-  while ((1 << l) < x) ++l;
-  return l;
-}
-
 // Grow-only device allocation: prepare() sizes it, run() only uses it.
 class DeviceBuffer {
  public:

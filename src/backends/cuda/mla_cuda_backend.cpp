@@ -48,6 +48,7 @@
 #include "prefill/launch.h"
 #include "tensor_map_cache.h"
 #include "tripath/error.h"
+#include "tripath/kv_cache.h"
 #include "unified/launch.h"
 
 namespace tripath {

@@ -6,9 +6,9 @@
 // output written directly) and several (uneven, some empty: partials + the merge kernel, the
 // planner's partition, or two merged inside 2-CTA clusters of the wide one-block-per-SM form,
 // 16-bit caches of head dim <= 128; or items run in per-block lists, as decode segments run),
-// window, soft-cap, sinks, LSE
-// on/off, a non-default scale, fp8 KV with distinct k/v scales, f16, decode_threshold 2 and 4 (MTP
-// rows). Repeated runs are bitwise identical. GpuDecodeBench times the kernel against the unified
+// window, soft-cap, sinks, LSE on/off, a non-default scale, fp8 KV with distinct k/v scales, f16,
+// decode_threshold 2 and 4 (MTP rows), the tiled layout's bulk-copy stages and its cp.async
+// form, shared memory NaN-poisoned before each launch. Repeated runs are bitwise identical. GpuDecodeBench times the kernel against the unified
 // kRows16 tile on the published decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
 #include <algorithm>
 #include <chrono>
@@ -24,6 +24,7 @@
 #ifdef TRIPATH_WITH_CUDA
 #include "decode/launch.h"
 #include "merge/merge_states.h"
+#include "shared_memory_poison.h"
 #include "unified/launch.h"
 #endif
 
@@ -55,6 +56,8 @@ struct DecodeCase {
   // rows (NaN-poisoned slots) and the new K / V rows, stores them itself before it reads them,
   // and the caches must then equal the reference's bit for bit.
   bool write = false;
+  // UnifiedParams::decode_cp_async: a tiled cache's stages by cp.async, not bulk copies.
+  bool cp_async = false;
   std::vector<ReqShape> reqs;
 };
 
@@ -197,6 +200,28 @@ std::vector<DecodeCase> all_cases() {
     c.window = 300;
     c.softcap = 30.0f;
     add(c, "tails_window_softcap_splits2");
+  }
+  // The tiled layout's bulk-copy form (decode_bulk_eligible: sm_90, 16-bit caches, head dims 64,
+  // 128 and 256, blocks of >= 8 keys) on the features the layout cases above leave out: GQA 1 and
+  // 16, head dims 64 and 256, windows, soft-cap, sinks, no LSE, f16, MTP rows, pair tails, eight
+  // splits and a 70000-key context; and the cp.async form on the tiled layout.
+  {
+    const std::vector<std::string> tiled = {
+        "gqa1_splits3", "gqa16_splits3", "d64", "d256", "window64_splits3", "softcap",
+        "sinks_splits4", "gptoss_like_d64_window_sinks", "no_lse_splits2", "f16",
+        "mtp_qlen2_gqa8_splits3", "mtp_qlen4_gqa4_sinks_splits2", "tp8_like_sinks_splits8",
+        "tails_sinks_splits2", "tails_window_softcap_splits2", "long_70000_planner_splits"};
+    for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
+      if (std::find(tiled.begin(), tiled.end(), m.name) == tiled.end()) continue;
+      DecodeCase c = m;
+      c.layout = KvLayout::kTiled;
+      add(c, "tiled_" + m.name);
+    }
+    DecodeCase c = base;
+    c.layout = KvLayout::kTiled;
+    c.cp_async = true;
+    c.splits = 2;
+    add(c, "tiled_cp_async_splits2");
   }
   // Pair launches (the wide form) on every case with several splits that they are built for, cut in
   // two: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks, no LSE, f16, MTP
@@ -379,6 +404,7 @@ void check_case(const DecodeCase& c) {
   p.block_size = c.block_size;
   p.log2_block_size = log2_of(c.block_size);
   p.layout = static_cast<int32_t>(c.layout);
+  p.decode_cp_async = c.cp_async ? 1 : 0;
   p.window_left = c.window;
   p.score_scale = params.effective_scale() * (fp8 ? s.cache.k_scale : 1.0f);
   p.scale_log2 = p.score_scale * 1.4426950408889634f;
@@ -414,6 +440,9 @@ void check_case(const DecodeCase& c) {
   m.row_end = rows;
 
   auto run = [&]() {
+    // Shared memory full of NaN first: rows a launch's copies leave out must never be read as
+    // values (the bulk-copy form zeroes the V rows it does not copy).
+    TRIPATH_TEST_CUDA(poison_shared_memory(nullptr));
     ASSERT_EQ(kernels::launch_paged_decode(c.dim, c.dtype, c.cache, p, nullptr), cudaSuccess);
     if (!direct) {
       ASSERT_EQ(kernels::launch_merge_states(m, c.dtype, nullptr), cudaSuccess);

@@ -20,6 +20,13 @@ __device__ __forceinline__ void arrive_expect_tx(uint64_t* bar, uint32_t bytes) 
                "r"(bytes)
                : "memory");
 }
+// Expects `bytes` more of asynchronous copies on the current phase, without arriving: copies
+// issued after it cannot complete the phase before the arrival that follows them.
+__device__ __forceinline__ void expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
 // One arrival, triggered once every cp.async this thread issued so far has completed (.noinc:
 // the arrival counts against the count given at init).
 __device__ __forceinline__ void arrive_on_cp_async(uint64_t* bar) {

@@ -35,4 +35,21 @@ __device__ __forceinline__ void load_3d_multicast(void* dst, const CUtensorMap* 
       : "memory");
 }
 
+// A 1-D bulk copy (no tensor map) of `bytes` (a multiple of 16; both addresses 16-byte aligned)
+// from global memory to `dst`, completing on the mbarrier at `bar` like load_3d.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes,
+                                          uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::
+          "r"(smem_addr(dst)),
+      "l"(src), "r"(bytes), "r"(smem_addr(bar))
+      : "memory");
+}
+
+// Orders this thread's generic-proxy writes to global memory before later async-proxy reads of
+// them (a bulk copy issued by any thread after a barrier that follows this fence).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
+
 }  // namespace tripath::kernels::tma

@@ -49,18 +49,21 @@ __host__ __device__ __forceinline__ int decode_o_dim(int tile, int e, int t) {
 
 // s[2][4] += Q K^T for this warp's 16 keys (two 8-key n-tiles). `tk` points at the warp's first
 // key row of the stage (kRowBytes apart); qf(ks) returns the A fragment of 16-dim step ks.
-template <int D, int kRowBytes, bool kFp8, typename MmaT, typename QFrag>
+// kSwizzled (16-bit only): the lane's rows hold logical 16-byte chunk c at c ^ sw (the tiled
+// layout's swizzle, landed as it is by bulk copies: sw = the row's key mod 8).
+template <int D, int kRowBytes, bool kFp8, typename MmaT, bool kSwizzled = false, typename QFrag>
 __device__ __forceinline__ void decode_qk(float (&s)[2][4], const unsigned char* tk, int lane,
-                                          QFrag&& qf) {
+                                          QFrag&& qf, int sw = 0) {
   constexpr int kSteps = D / 16;
   if constexpr (!kFp8) {
     // Lanes 0-7: keys 0-7, dims 0-7 of the step; 8-15: keys 0-7, dims 8-15; 16-31: keys 8-15.
-    const unsigned char* base =
-        tk + ((lane / 16) * 8 + lane % 8) * kRowBytes + ((lane / 8) % 2) * 16;
+    const unsigned char* row = tk + ((lane / 16) * 8 + lane % 8) * kRowBytes;
+    const int half = (lane / 8) % 2;
+    const unsigned char* base = row + half * 16;
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks) {
       uint32_t b[4];
-      ldmatrix_x4(b, base + ks * 32);
+      ldmatrix_x4(b, kSwizzled ? row + ((2 * ks + half) ^ sw) * 16 : base + ks * 32);
       uint32_t a[4];
       qf(ks, a);
       mma_16816<MmaT>(s[0], a, b[0], b[1]);
@@ -95,17 +98,19 @@ __device__ __forceinline__ void decode_qk(float (&s)[2][4], const unsigned char*
 }
 
 // o[D/8][4] += P V over this warp's 16 keys; `a` is P as the A fragment (k = the 16 keys).
-template <int D, int kRowBytes, bool kFp8, typename MmaT>
+// kSwizzled, sw: as decode_qk's (16-bit only).
+template <int D, int kRowBytes, bool kFp8, typename MmaT, bool kSwizzled = false>
 __device__ __forceinline__ void decode_pv(float (&o)[D / 8][4], const uint32_t (&a)[4],
-                                          const unsigned char* tv, int lane) {
+                                          const unsigned char* tv, int lane, int sw = 0) {
   constexpr int kChunks = kFp8 ? D / 16 : D / 8;  // 16-byte chunks per row
   // Lanes 0-7: keys 0-7; 8-15: keys 8-15 (the two k halves); 16-31: the next chunk.
-  const unsigned char* base = tv + (((lane / 8) % 2) * 8 + lane % 8) * kRowBytes + (lane / 16) * 16;
+  const unsigned char* row = tv + (((lane / 8) % 2) * 8 + lane % 8) * kRowBytes;
+  const unsigned char* base = row + (lane / 16) * 16;
   if constexpr (!kFp8) {
 #pragma unroll
     for (int c = 0; c < kChunks; c += 2) {
       uint32_t b[4];
-      ldmatrix_x4_trans(b, base + c * 16);
+      ldmatrix_x4_trans(b, kSwizzled ? row + ((c + lane / 16) ^ sw) * 16 : base + c * 16);
       mma_16816<MmaT>(o[c], a, b[0], b[1]);
       mma_16816<MmaT>(o[c + 1], a, b[2], b[3]);
     }
@@ -126,7 +131,7 @@ __device__ __forceinline__ void decode_pv(float (&o)[D / 8][4], const uint32_t (
     }
     if constexpr (kChunks % 2 == 1) {  // head dim 80: the last chunk alone
       uint32_t r[2];
-      ldmatrix_x2_trans(r, tv + (((lane / 8) % 2) * 8 + lane % 8) * kRowBytes + (kChunks - 1) * 16);
+      ldmatrix_x2_trans(r, row + (kChunks - 1) * 16);
       const uint32_t lo = __byte_perm(r[0], 0, 0x3120);
       const uint32_t hi = __byte_perm(r[1], 0, 0x3120);
       mma_16816<MmaT>(o[2 * (kChunks - 1)], a, e4m3x2_to_f16x2(lo), e4m3x2_to_f16x2(hi));

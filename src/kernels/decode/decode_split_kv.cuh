@@ -45,6 +45,9 @@
 #include "common/device_math.cuh"
 #include "common/kv_layout.h"
 #include "common/launch_kernel.h"
+#include "common/mbarrier.cuh"
+#include "common/tma.cuh"
+#include "common/wgmma.cuh"
 #include "decode/decode_fragments.cuh"
 #include "decode/launch.h"
 #include "unified/params.h"
@@ -56,9 +59,15 @@ namespace tripath::kernels {
 // stages of 96 keys, 156 KB, measured the same: run n4). The pair launches take it: a batch
 // whose row sets, cut in halves, fit one wave at one block per SM needs each block to stream
 // twice the bytes of a two-per-SM block.
-template <int D, typename T, typename KvT, int kWide = 0>
+// kBulk: the tiled layout's pages land by bulk copies (cp.async.bulk, sm_90), one per run of a
+// page's keys in a stage, issued by one warp and counted on a per-slot mbarrier, instead of a
+// 16-byte cp.async per chunk from every thread. Rows land as the cache stores them: D * 2 bytes,
+// chunks swizzled by key (tiled_chunk_of), which the fragments undo (decode_qk's `sw`). 16-bit
+// caches whose rows are whole 8-chunk swizzle groups (D % 64 == 0).
+template <int D, typename T, typename KvT, int kWide = 0, bool kBulk = false>
 struct DecodeConfig {
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
+  static_assert(!kBulk || (!kFp8 && D % 64 == 0), "bulk stages: 16-bit rows of 8-chunk groups");
   using MmaT = std::conditional_t<kFp8, fp16, T>;  // fp8 widens exactly into f16
   // fp8 runs 6 warps: its loop is latency-bound (run f2's ncu: 2 warps per scheduler, 0.40
   // issued per cycle, "wait" stalls first), and its halved stage bytes leave shared memory for
@@ -76,7 +85,8 @@ struct DecodeConfig {
   static constexpr int kChunks = D / kPer;    // 16-byte chunks per K/V row
   // Shared row pitch: 16-bit rows +16 bytes (conflict-free ldmatrix, as unified); fp8 rows
   // padded to 16 mod 32 bytes, which makes the 8 rows of one ldmatrix phase hit 8 bank groups.
-  static constexpr int kRowBytes = kFp8 ? ((D + 16) % 32 == 16 ? D + 16 : D + 32) : (D + 8) * 2;
+  static constexpr int kRowBytes =
+      kBulk ? D * 2 : kFp8 ? ((D + 16) % 32 == 16 ? D + 16 : D + 32) : (D + 8) * 2;
   static constexpr int kStageBytes = 2 * kKeys * kRowBytes;  // K rows, then V rows
   static constexpr int kQStride = D + 8;                     // q rows, in elements
   static constexpr int kSmemQ = 16 * kQStride * sizeof(T);
@@ -100,9 +110,11 @@ struct DecodeConfig {
   static constexpr int kNextLens = 4;       // tok0, tok1, context, padding
   static constexpr int kNextFixed = kLists ? (kNextItems + kNextLens) * 4 : 0;
   static constexpr int kNextPerStage = kLists ? kKeys * 4 : 0;
+  // Per stage: the keys' row offsets (s_kb), or with kBulk one mbarrier (8 bytes).
+  static constexpr int kMetaPerStage = kBulk ? 8 : kKeys * 8;
   static constexpr int kStagesFit =
       (kSmemBudget - kSmemQ - kSmemQh - kSmemQmul - kSmemPeer - kNextFixed) /
-      (kStageBytes + kKeys * 8 + kNextPerStage);
+      (kStageBytes + kMetaPerStage + kNextPerStage);
   static constexpr int kStages = kStagesFit > 6 ? 6 : kStagesFit;
   static_assert(kStages >= 2, "a stage ring of two at least");
   static constexpr int kSmemKV = kStages * kStageBytes;
@@ -111,8 +123,8 @@ struct DecodeConfig {
   static constexpr int kSmemReduce = kWarps * 16 * (kReduceStride + 2) * 4;
   static constexpr int kOffQ = kSmemKV > kSmemReduce ? kSmemKV : kSmemReduce;
   static constexpr int kOffQh = kOffQ + kSmemQ;
-  static constexpr int kOffKB = kOffQh + kSmemQh;
-  static constexpr int kOffQmul = kOffKB + kStages * kKeys * 8;
+  static constexpr int kOffKB = kOffQh + kSmemQh;  // s_kb, or kBulk's mbarriers
+  static constexpr int kOffQmul = kOffKB + kStages * kMetaPerStage;
   static constexpr int kOffNext = kOffQmul + kSmemQmul;  // item, lengths, then the entries
   static constexpr int kSmemNext = kNextFixed + kStages * kNextPerStage;
   static constexpr int kOffPeer = kOffNext + kSmemNext;
@@ -213,11 +225,12 @@ __device__ __forceinline__ void decode_pair_merge(const UnifiedParams& p, const 
 // form without it, whose code is the reading kernel's as it was before the write existed; with it
 // beside the loop ptxas lays the stage loop out longer (sm_90a, D = 128: bf16 713 SASS
 // instructions against 703, fp8 721 against 698).
-template <int D, typename T, typename KvT, int kWide, bool kWrite>
+// kBulk: the tiled layout's stages by bulk copies (DecodeConfig); launched on sm_90 only.
+template <int D, typename T, typename KvT, int kWide, bool kWrite, bool kBulk>
 __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                                   DecodeConfig<D, T, KvT, kWide>::kMinBlocks)
     paged_decode_split_kv_kernel(const __grid_constant__ UnifiedParams p) {
-  using Cfg = DecodeConfig<D, T, KvT, kWide>;
+  using Cfg = DecodeConfig<D, T, KvT, kWide, kBulk>;
   using MmaT = typename Cfg::MmaT;
   constexpr int kThreads = Cfg::kThreads, kKeys = Cfg::kKeys, kStages = Cfg::kStages;
   constexpr int kRowBytes = Cfg::kRowBytes, kChunks = Cfg::kChunks, kPer = Cfg::kPer;
@@ -240,11 +253,25 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   int32_t* s_next_blocks = s_lens + Cfg::kNextLens;                       // [kStages * kKeys]
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr bool kPairs = kWide != 0;
+  constexpr bool kBulkCp = kBulk;
 #else
   constexpr bool kPairs = false;  // the host launches the wide form on sm_90 only
+  constexpr bool kBulkCp = false;  // and the bulk form
 #endif
+  if constexpr (kBulk && !kBulkCp) __trap();
   [[maybe_unused]] uint32_t rank = 0;
   if constexpr (kPairs) rank = cluster::ctarank();
+  // kBulk: stage slot st's copies count on s_full[st]; bit st of full_phase is the parity its
+  // next wait expects (it carries over a block's items: each waits for every stage it issues).
+  [[maybe_unused]] uint64_t* s_full = reinterpret_cast<uint64_t*>(smem + Cfg::kOffKB);
+  [[maybe_unused]] uint32_t full_phase = 0;
+  if constexpr (kBulkCp) {
+    if (threadIdx.x == 0) {
+      for (int st = 0; st < kStages; ++st) mbarrier::init(&s_full[st], 1);
+      cluster::fence_mbarrier_init();  // visible to the async proxy (a lone CTA is a cluster)
+    }
+    __syncthreads();
+  }
 
   // Phase stamps (p.trace, the wide form only): thread 0 of each block.
   [[maybe_unused]] unsigned long long* trace = nullptr;
@@ -270,8 +297,12 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   // while this block's ring is empty; the first three are prefetched during the piece before.
   bool next_ready = false;  // this piece's metadata is in shared memory (uniform over the block)
   for (int item = item_lo; item < item_hi; ++item) {
-    // The last item's combine has read the ring this item's copies overwrite.
-    if (item > item_lo) __syncthreads();
+    // The last item's combine has read the ring this item's copies overwrite (kBulk: and its
+    // generic writes there come before the bulk copies, an async-proxy write).
+    if (item > item_lo) {
+      if constexpr (kBulkCp) wgmma::fence_proxy_async();
+      __syncthreads();
+    }
     const bool prefetched = Cfg::kLists && next_ready;
     next_ready = false;
     const bool has_next = Cfg::kLists && item + 1 < item_hi;
@@ -296,27 +327,48 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     // Wide blocks without a window: the first stages' keys follow from kv_begin and kv_end alone,
     // so their block-table entries load now, beside the request's lengths, instead of after them
     // (one dependent global round trip fewer before the first K/V copy of the launch's one wave).
-    constexpr int kPre = kWide != 0 ? (kStages * kKeys + kThreads - 1) / kThreads : 1;
+    constexpr int kPre = kWide != 0 && !kBulkCp ? (kStages * kKeys + kThreads - 1) / kThreads : 1;
     int32_t pre_block[kPre];
+    // kBulk: lane i of warp 0 copies run i of each stage (its keys in the i-th cache block the
+    // stage touches); pre_page[s] is that block's table entry for stage s < kStages.
+    [[maybe_unused]] int32_t pre_page[kStages];
+    // The page (table index) of this lane's run in stage s of keys [lo, hi) staged from `org`,
+    // or -1 for none.
+    [[maybe_unused]] auto run_page = [&](int org, int s, int lo, int hi) {
+      const int start = org + s * kKeys, a = max(start, lo), b = min(start + kKeys, hi);
+      const int page = (a >> p.log2_block_size) + tid;
+      return a < b && (page << p.log2_block_size) < b ? page : -1;
+    };
+    [[maybe_unused]] auto load_pages = [&](int org, int lo, int hi) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) {
+        const int page = run_page(org, s, lo, hi);
+        pre_page[s] = page >= 0 ? load_global_pinned(table + page) : 0;
+      }
+    };
     const bool early_table = kWide != 0 && p.window_left < 0;
     if (early_table) {
       const int lo = max(0, it.kv_begin), tail = tail_of(lo);
       const int first = stage_origin(lo + tail, it.kv_end, kKeys);
       if (tid / kChunks < tail)
         tail_block = load_global_pinned(table + ((lo + tid / kChunks) >> p.log2_block_size));
+      if constexpr (kBulkCp) {
+        if (tid < 32) load_pages(first, lo + tail, it.kv_end);
+      } else {
 #pragma unroll
-      for (int i = 0; i < kPre; ++i) {
-        const int idx = tid + i * kThreads, kabs = first + idx;
-        pre_block[i] = idx < kStages * kKeys && kabs >= lo && kabs < it.kv_end
-                           ? load_global_pinned(table + (kabs >> p.log2_block_size))
-                           : 0;
+        for (int i = 0; i < kPre; ++i) {
+          const int idx = tid + i * kThreads, kabs = first + idx;
+          pre_block[i] = idx < kStages * kKeys && kabs >= lo && kabs < it.kv_end
+                             ? load_global_pinned(table + (kabs >> p.log2_block_size))
+                             : 0;
+        }
       }
     }
     const int tok0 = prefetched ? s_lens[0] : p.cu_seqlens_q[it.request];
     const int qlen = (prefetched ? s_lens[1] : p.cu_seqlens_q[it.request + 1]) - tok0;
     const int ctx = prefetched ? s_lens[2] : p.context_lens[it.request];
     const int rpt = p.rows_per_token;
-    stamp(10, ctx + qlen + (early_table ? pre_block[0] : 0));
+    stamp(10, ctx + qlen + (early_table ? (kBulkCp ? pre_page[0] : pre_block[0]) : 0));
     const int row_end = min(it.row_begin + 16, qlen * rpt);
     if (row_end <= it.row_begin) continue;  // no rows: nothing reads this item's slot
     const int t_first = it.row_begin / rpt, t_last = (row_end - 1) / rpt;
@@ -384,10 +436,64 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
             return chunk_offset(key_base(kabs, table[kabs >> p.log2_block_size]), kabs, c);
           });
     };
+    const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
+    const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
+    // kBulk: warp 0 issues stage s, lane i the two bulk copies (K, V) of run i: the stage's keys
+    // in one cache block, contiguous rows in the tiled layout, from table entry `block`. The V
+    // rows no copy fills (outside [main_lo, key_hi)) are zeroed: they meet P = 0, and a stale or
+    // never-written row may hold NaN. The copies count on s_full[slot], whose one arrival (lane
+    // 0's) comes after the zero stores, so a waiter sees those too.
+    [[maybe_unused]] auto issue_bulk = [&](int s, int32_t block) {
+      const int slot = s % kStages, start = first + s * kKeys;
+      unsigned char* dk = s_kv + slot * Cfg::kStageBytes;
+      unsigned char* dv = dk + kKeys * kRowBytes;
+      const int lo = max(start, main_lo), hi = min(start + kKeys, key_hi);
+      if (lane == 0) mbarrier::expect_tx(&s_full[slot], uint32_t(hi - lo) * 2u * kRowBytes);
+      __syncwarp();
+      const int page = run_page(first, s, main_lo, key_hi);
+      if (page >= 0) {
+        const int a = max(lo, page << p.log2_block_size);
+        const int b = min(hi, (page + 1) << p.log2_block_size);
+        const int64_t off =
+            ((int64_t(block) * p.num_kv_heads + it.kv_head) * p.block_size + (a & bs_mask)) * D;
+        const uint32_t bytes = uint32_t(b - a) * kRowBytes;
+        tma::bulk_load(dk + (a - start) * kRowBytes, k_cache + off, bytes, &s_full[slot]);
+        tma::bulk_load(dv + (a - start) * kRowBytes, v_cache + off, bytes, &s_full[slot]);
+      }
+      if (lo > start || hi < start + kKeys) {
+        for (int u = lane; u < kKeys * kChunks; u += 32) {
+          const int r = u / kChunks;
+          if (r < lo - start || r >= hi - start) {
+            *reinterpret_cast<uint4*>(dv + r * kRowBytes + (u % kChunks) * 16) =
+                make_uint4(0u, 0u, 0u, 0u);
+          }
+        }
+      }
+      __syncwarp();
+      if (lane == 0) mbarrier::arrive(&s_full[slot]);
+    };
+    // kBulk: the first kStages - 1 stages, by warp 0 (lanes hold pre_page).
+    [[maybe_unused]] auto issue_bulk_prologue = [&] {
+#pragma unroll
+      for (int st = 0; st < kStages - 1; ++st) {
+        if (st < num_stages) issue_bulk(st, pre_page[st]);
+      }
+    };
+    // kBulk: warp 0 issues the first stages before the block's barrier, unless this item's
+    // fused write stores keys of them first (then after it).
+    [[maybe_unused]] const bool bulk_early = !(kWrite && write_early);
     if constexpr (kWrite) {
-      if (write_early) write_new_rows();
+      if (write_early) {
+        write_new_rows();
+        if constexpr (kBulkCp) tma::fence_proxy_async_global();  // before bulk copies read them
+      }
     }
-    if constexpr (kWide != 0) {
+    if constexpr (kBulkCp) {
+      if (warp == 0) {
+        if (!early_table) load_pages(first, main_lo, key_hi);
+        if (bulk_early) issue_bulk_prologue();
+      }
+    } else if constexpr (kWide != 0) {
 #pragma unroll
       for (int i = 0; i < kPre; ++i) {
         const int idx = tid + i * kThreads, kabs = first + idx;
@@ -413,8 +519,6 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     // read from HBM. (Skipping the partial first stage's keys below main_lo instead, their V rows
     // zeroed by stores, measured 2-3% slower on decode-mixed / decode-long in runs o4-o6 (179-181
     // against 174 us) and is not used.)
-    const KvT* k_cache = static_cast<const KvT*>(p.k_cache);
-    const KvT* v_cache = static_cast<const KvT*>(p.v_cache);
     auto issue_stage = [&](int s) {
       const int slot = s % kStages, start = first + s * kKeys;
       const int64_t* kb = s_kb + slot * kKeys;
@@ -437,30 +541,45 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
         }
       }
     };
-    // The tail: copied with stage 0; V rows past it zeroed (they meet P = 0).
+    // The tail: copied with stage 0; V rows past it zeroed (they meet P = 0). kBulk: its chunks
+    // placed as the stages' bulk copies land theirs (swizzled by key).
     if (tail > 0) {
       const int key = tid / kChunks, c = tid % kChunks, kabs = key_lo + key;
       if (key < tail) {
         const bool valid = kabs < key_hi;
         const int64_t off = valid ? chunk_offset(key_base(kabs, tail_block), kabs, c) : 0;
-        cp_async_16(tail_k + key * kRowBytes + c * 16, k_cache + off, valid);
-        cp_async_16(tail_k + (8 + key) * kRowBytes + c * 16, v_cache + off, valid);
+        const int pc = kBulk ? c ^ (kabs & 7) : c;
+        cp_async_16(tail_k + key * kRowBytes + pc * 16, k_cache + off, valid);
+        cp_async_16(tail_k + (8 + key) * kRowBytes + pc * 16, v_cache + off, valid);
       }
       for (int idx = tid; idx < (16 - tail) * kChunks; idx += kThreads) {
         *reinterpret_cast<uint4*>(tail_k + (8 + tail + idx / kChunks) * kRowBytes +
                                   (idx % kChunks) * 16) = make_uint4(0u, 0u, 0u, 0u);
       }
     }
+    if constexpr (kBulkCp) {
+      if (warp == 0 && !bulk_early) issue_bulk_prologue();
+      cp_async_commit();  // the tail's group
+    } else {
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      if (s < num_stages) issue_stage(s);
-      cp_async_commit();
+      for (int s = 0; s < kStages - 1; ++s) {
+        if (s < num_stages) issue_stage(s);
+        cp_async_commit();
+      }
     }
     if constexpr (kWrite) {
-      if (new_count > 0 && !write_early) write_new_rows();
+      if (new_count > 0 && !write_early) {
+        write_new_rows();
+        if constexpr (kBulkCp) tma::fence_proxy_async_global();  // before bulk copies read them
+      }
     }
     stamp(1);
-    cp_async_wait<kStages - 1>();  // the q group has landed (the stages may still be in flight)
+    // The q group has landed (the stages may still be in flight); kBulk: and the tail's.
+    if constexpr (kBulkCp) {
+      cp_async_wait<0>();
+    } else {
+      cp_async_wait<kStages - 1>();
+    }
     __syncthreads();
     // The next piece's lengths and (no window) first stages' table entries, now that its item
     // has landed with q. They join the first loop iteration's group (a group of their own would
@@ -560,7 +679,10 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       float s[2][4];
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-      decode::decode_qk<D, kRowBytes, kFp8, MmaT>(s, tk, lane, q_frag);
+      // kBulk: rows as the tiled layout stores them, chunks swizzled by the key's slot mod 8
+      // (the key mod 8, blocks of >= 8 keys); this lane's rows are keys key0 + lane % 8 (+ 8).
+      const int sw = kBulk ? (key0 + lane % 8) & 7 : 0;
+      decode::decode_qk<D, kRowBytes, kFp8, MmaT, kBulk>(s, tk, lane, q_frag, sw);
 
       // Scale (soft-cap) into base-2 logits; mask only stages not wholly visible to every row.
       // Uniform branches outside the element loops (inside, each element became its own basic
@@ -625,7 +747,7 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       // O += P V over this warp's 16 keys.
       const uint32_t a[4] = {pack2<MmaT>(s[0][0], s[0][1]), pack2<MmaT>(s[0][2], s[0][3]),
                              pack2<MmaT>(s[1][0], s[1][1]), pack2<MmaT>(s[1][2], s[1][3])};
-      decode::decode_pv<D, kRowBytes, kFp8, MmaT>(o, a, tv, lane);
+      decode::decode_pv<D, kRowBytes, kFp8, MmaT, kBulk>(o, a, tv, lane, sw);
     };
 
     // Rank 1's tail as warp 0's one more 16-key tile (rows past it masked, their V rows zero).
@@ -633,19 +755,8 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       attend(tail_k, tail_k + 8 * kRowBytes, key_lo, false, min(main_lo, key_hi));
     };
 
-    for (int j = 0; j < num_stages; ++j) {
-      cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies)
-      __syncthreads();               // everyone's copies; stage j - 1's slot is free again
-      if (j == 0) stamp(2);
-      if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
-      cp_async_commit();
-      // Block-table lookup of stage j + kStages now, its shared store after the math: the lookup's
-      // latency hides behind this stage. Slot (j + kStages) % kStages was last read when stage j
-      // was issued, before this iteration's barrier.
-      const int nb_kabs = first + (j + kStages) * kKeys + tid;
-      const bool nb_do = tid < kKeys && nb_kabs < key_hi;
-      const int32_t nb_block = nb_do ? table[nb_kabs >> p.log2_block_size] : 0;
-
+    // Stage j's math: this warp's 16 keys of it.
+    auto attend_stage = [&](int j) {
       const int start = first + j * kKeys;
       const unsigned char* tk = s_kv + (j % kStages) * Cfg::kStageBytes + warp * 16 * kRowBytes;
       const unsigned char* tv = tk + kKeys * kRowBytes;
@@ -654,8 +765,42 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       // Rank 1's tail landed with stage 0: warp 0 attends it now, while the ring streams, not after
       // the last stage (run o5's trace: rank 1 still ended its loop ~1 us after rank 0).
       if (tail > 0 && j == 0 && warp == 0) attend_tail();
-
-      if (nb_do) s_kb[((j + kStages) % kStages) * kKeys + tid] = key_base(nb_kabs, nb_block);
+    };
+    if constexpr (kBulkCp) {
+      int32_t next_page = pre_page[kStages - 1];  // warp 0: the entry of stage j + kStages - 1
+      for (int j = 0; j < num_stages; ++j) {
+        const int slot = j % kStages;
+        mbarrier::wait(&s_full[slot], (full_phase >> slot) & 1u);  // stage j's copies landed
+        full_phase ^= 1u << slot;
+        __syncthreads();  // stage j - 1's slot is free again
+        if (j == 0) stamp(2);
+        if (warp == 0) {
+          if (j + kStages - 1 < num_stages) issue_bulk(j + kStages - 1, next_page);
+          // The entry of stage j + kStages, used next iteration: its latency hides behind this
+          // stage's math.
+          if (j + kStages < num_stages) {
+            const int page = run_page(first, j + kStages, main_lo, key_hi);
+            next_page = page >= 0 ? table[page] : 0;
+          }
+        }
+        attend_stage(j);
+      }
+    } else {
+      for (int j = 0; j < num_stages; ++j) {
+        cp_async_wait<kStages - 2>();  // stage j has landed (this thread's copies)
+        __syncthreads();               // everyone's copies; stage j - 1's slot is free again
+        if (j == 0) stamp(2);
+        if (j + kStages - 1 < num_stages) issue_stage(j + kStages - 1);
+        cp_async_commit();
+        // Block-table lookup of stage j + kStages now, its shared store after the math: the
+        // lookup's latency hides behind this stage. Slot (j + kStages) % kStages was last read
+        // when stage j was issued, before this iteration's barrier.
+        const int nb_kabs = first + (j + kStages) * kKeys + tid;
+        const bool nb_do = tid < kKeys && nb_kabs < key_hi;
+        const int32_t nb_block = nb_do ? table[nb_kabs >> p.log2_block_size] : 0;
+        attend_stage(j);
+        if (nb_do) s_kb[((j + kStages) % kStages) * kKeys + tid] = key_base(nb_kabs, nb_block);
+      }
     }
     // A tail without stages (not met by pair cuts; kept exact): attended here.
     if (tail > 0 && num_stages == 0) {
@@ -774,11 +919,11 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
   }
 }
 
-template <int D, typename T, typename KvT, int kWide>
+template <int D, typename T, typename KvT, int kWide, bool kBulk>
 cudaError_t launch_paged_decode_config(const UnifiedParams& p, cudaStream_t stream) {
-  using Cfg = DecodeConfig<D, T, KvT, kWide>;
-  auto kernel = p.new_k != nullptr ? paged_decode_split_kv_kernel<D, T, KvT, kWide, true>
-                                   : paged_decode_split_kv_kernel<D, T, KvT, kWide, false>;
+  using Cfg = DecodeConfig<D, T, KvT, kWide, kBulk>;
+  auto kernel = p.new_k != nullptr ? paged_decode_split_kv_kernel<D, T, KvT, kWide, true, kBulk>
+                                   : paged_decode_split_kv_kernel<D, T, KvT, kWide, false, kBulk>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes);
   if (e != cudaSuccess) return e;
@@ -799,7 +944,7 @@ int decode_cluster_capacity_impl() {
     return 0;
   } else {
     using Cfg = DecodeConfig<D, T, KvT, 8>;
-    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, 8, false>;
+    auto kernel = paged_decode_split_kv_kernel<D, T, KvT, 8, false, false>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              Cfg::kSmemBytes) != cudaSuccess)
       return 0;
@@ -825,25 +970,36 @@ int decode_cluster_capacity_impl() {
 
 template <int D, typename T, typename KvT>
 cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream) {
-  if (p.cluster_splits != 0) {
-    // Pairs: sm_90, exactly 2 splits per row set, whole pairs of items, the wide form built.
-    int device = 0, major = 0;
+  int major = 0;
+  if (p.cluster_splits != 0 || kDecodeBulkBuilt<D, T, KvT>) {
+    int device = 0;
     cudaError_t e = cudaGetDevice(&device);
     if (e == cudaSuccess)
       e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
     if (e != cudaSuccess) return e;
+  }
+  if (p.cluster_splits != 0) {
+    // Pairs: sm_90, exactly 2 splits per row set, whole pairs of items, the wide form built.
     if (!kDecodeClusterBuilt<D, T, KvT> || major < 9 || p.cluster_splits != 2 ||
         p.num_items % 2 != 0 || p.block_items != nullptr)
       return cudaErrorInvalidValue;
   }
   if (p.block_items != nullptr && p.num_blocks < 1) return cudaErrorInvalidValue;
   if (p.num_items == 0) return cudaSuccess;
+  const bool bulk = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, major, p.layout,
+                                         p.block_size, p.decode_cp_async);
   if constexpr (kDecodeClusterBuilt<D, T, KvT>) {
     if (p.cluster_splits != 0) {
-      return launch_paged_decode_config<D, T, KvT, 8>(p, stream);
+      if constexpr (kDecodeBulkBuilt<D, T, KvT>) {
+        if (bulk) return launch_paged_decode_config<D, T, KvT, 8, true>(p, stream);
+      }
+      return launch_paged_decode_config<D, T, KvT, 8, false>(p, stream);
     }
   }
-  return launch_paged_decode_config<D, T, KvT, 0>(p, stream);
+  if constexpr (kDecodeBulkBuilt<D, T, KvT>) {
+    if (bulk) return launch_paged_decode_config<D, T, KvT, 0, true>(p, stream);
+  }
+  return launch_paged_decode_config<D, T, KvT, 0, false>(p, stream);
 }
 
 }  // namespace tripath::kernels

@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "tripath/dtype.h"
-#include "common/kv_layout.h"  // TRIPATH_HD
+#include "common/kv_layout.h"  // TRIPATH_HD, kLayoutTiled
 #include "unified/params.h"
 
 namespace tripath::kernels {
@@ -24,6 +24,20 @@ int decode_cluster_capacity_impl();
 // the 4-warp kernel, for its one user, small GQA decode batches.
 template <int D, typename T, typename KvT>
 constexpr bool kDecodeClusterBuilt = std::is_same_v<T, KvT>&& D <= 128;
+
+// The bulk-copy form (the tiled layout's stages by cp.async.bulk, decode_split_kv.cuh) is built
+// for 16-bit caches whose rows are whole 8-chunk swizzle groups.
+template <int D, typename T, typename KvT>
+constexpr bool kDecodeBulkBuilt = std::is_same_v<T, KvT> && D % 64 == 0;
+
+// True if a launch takes the bulk-copy form: built for its dtypes and head dim, sm_90 or later
+// (compute capability major `major`), the tiled layout, blocks of >= 8 keys (so a key's slot mod 8,
+// the layout's chunk swizzle, is the key's mod 8), and not opted out (UnifiedParams::
+// decode_cp_async).
+TRIPATH_HD bool decode_bulk_eligible(bool built, int major, int layout, int block_size,
+                                     int cp_async) {
+  return built && major >= 9 && layout == kLayoutTiled && block_size >= 8 && cp_async == 0;
+}
 
 // True if this build instantiated the kernel for (head_dim, q dtype, kv dtype): the same table
 // as the unified kernel (TRIPATH_HEAD_DIMS x TRIPATH_DTYPES x {q dtype, fp8 e4m3}).

@@ -361,15 +361,16 @@ TEST(Registry, VariantVariablesListedWithTheirValues) {
                                              "TRIPATH_EXTEND_GATHER", "TRIPATH_FUSE_COMPUTE",
                                              "TRIPATH_DECODE_CLUSTER",
                                              "TRIPATH_DECODE_SEGMENTS", "TRIPATH_DECODE_WRITE",
-                                             "TRIPATH_PDL",
+                                             "TRIPATH_DECODE_BULK", "TRIPATH_PDL",
                                              "TRIPATH_MLA_WGMMA"}));
   // The measured-faster kernels are the defaults: TMA loads issued by every producer warp,
   // 128-key flash tiles with FA3's consumer order and ping-pong, and the wgmma MLA decode
   // kernel; prefill and extend in one launch (one pass per extend row where its context fits
   // one round); a small decode batch's row sets split in two halves merged inside 2-CTA
   // clusters; the planner's decode segments where it made them; the decode kernel writing its
-  // tokens' cache rows; programmatic dependent launches off (measured no faster).
-  EXPECT_EQ(defaults, (std::vector<int>{2, 13, 0, 2, 1, 1, 1, 0, 4}));
+  // tokens' cache rows; a tiled cache's decode stages by bulk copies; programmatic dependent
+  // launches off (measured no faster).
+  EXPECT_EQ(defaults, (std::vector<int>{2, 13, 0, 2, 1, 1, 1, 1, 0, 4}));
 }
 
 // read_variant, the parser the GPU backends use at creation: unset / empty -> the default, a

@@ -978,7 +978,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
         Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}, Bad{"TRIPATH_FUSE_COMPUTE", "3"},
         Bad{"TRIPATH_FUSE_COMPUTE", "no"}, Bad{"TRIPATH_DECODE_CLUSTER", "2"},
         Bad{"TRIPATH_DECODE_SEGMENTS", "2"}, Bad{"TRIPATH_DECODE_WRITE", "3"},
-        Bad{"TRIPATH_DECODE_WRITE", "fp8"}}) {
+        Bad{"TRIPATH_DECODE_WRITE", "fp8"}, Bad{"TRIPATH_DECODE_BULK", "2"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");
@@ -989,7 +989,8 @@ TEST(GpuErrors, ThreePathVariantVariables) {
   }
   for (const char* name : {"TRIPATH_FLASH_TMA", "TRIPATH_FLASH_OVERLAP", "TRIPATH_EXTEND_GATHER",
                            "TRIPATH_PDL", "TRIPATH_FUSE_COMPUTE", "TRIPATH_DECODE_CLUSTER",
-                           "TRIPATH_DECODE_SEGMENTS", "TRIPATH_DECODE_WRITE"}) {
+                           "TRIPATH_DECODE_SEGMENTS", "TRIPATH_DECODE_WRITE",
+                           "TRIPATH_DECODE_BULK"}) {
     for (const char* ok : {"0", ""}) {
       ScopedEnv env(name, ok);
       EXPECT_NO_THROW(create_attention_backend("three_path")) << name << "='" << ok << "'";

@@ -124,11 +124,14 @@ struct DecodeConfig {
   static constexpr int kOffQ = kSmemKV > kSmemReduce ? kSmemKV : kSmemReduce;
   static constexpr int kOffQh = kOffQ + kSmemQ;
   static constexpr int kOffKB = kOffQh + kSmemQh;  // s_kb, or kBulk's mbarriers
-  static constexpr int kOffQmul = kOffKB + kStages * kMetaPerStage;
+  // Rounded to 16 bytes: the pair form's peer buffer further on takes 16-byte copies and stores.
+  static constexpr int kSmemMeta = (kStages * kMetaPerStage + 15) / 16 * 16;
+  static constexpr int kOffQmul = kOffKB + kSmemMeta;
   static constexpr int kOffNext = kOffQmul + kSmemQmul;  // item, lengths, then the entries
   static constexpr int kSmemNext = kNextFixed + kStages * kNextPerStage;
   static constexpr int kOffPeer = kOffNext + kSmemNext;
   static constexpr int kSmemBytes = kOffPeer + kSmemPeer;
+  static_assert(kOffPeer % 16 == 0, "16-byte copies and stores into the peer buffer");
   static constexpr bool kQInRegs = D <= 128;  // D/16 x 4 registers of q fragments
   static_assert(D % 16 == 0, "head dim a multiple of 16");
   static_assert(kSmemBytes <= kSmemBudget, "two blocks per SM (kWide: one)");

@@ -201,16 +201,19 @@ std::vector<DecodeCase> all_cases() {
     c.softcap = 30.0f;
     add(c, "tails_window_softcap_splits2");
   }
-  // The tiled layout's bulk-copy form (decode_bulk_eligible: sm_90, 16-bit caches, head dims 64,
-  // 128 and 256, blocks of >= 8 keys) on the features the layout cases above leave out: GQA 1 and
-  // 16, head dims 64 and 256, windows, soft-cap, sinks, no LSE, f16, MTP rows, pair tails, eight
-  // splits and a 70000-key context; and the cp.async form on the tiled layout.
+  // The tiled layout's bulk-copy form (decode_bulk_eligible: sm_90, 16-bit head dims 64, 128 and
+  // 256, fp8 128 and 256, blocks of >= 8 keys) on the features the layout cases above leave out:
+  // GQA 1 and 16, head dims 64 and 256, windows, soft-cap, sinks, no LSE, f16, MTP rows, pair
+  // tails, eight splits, 70000-key contexts, fp8; and the cp.async form on the tiled layout.
   {
     const std::vector<std::string> tiled = {
         "gqa1_splits3", "gqa16_splits3", "d64", "d256", "window64_splits3", "softcap",
         "sinks_splits4", "gptoss_like_d64_window_sinks", "no_lse_splits2", "f16",
         "mtp_qlen2_gqa8_splits3", "mtp_qlen4_gqa4_sinks_splits2", "tp8_like_sinks_splits8",
-        "tails_sinks_splits2", "tails_window_softcap_splits2", "long_70000_planner_splits"};
+        "tails_sinks_splits2", "tails_window_softcap_splits2", "long_70000_planner_splits",
+        "fp8_d128_splits2", "fp8_d256_splits2", "fp8_sinks_splits3", "fp8_window1000_splits3",
+        "fp8_softcap_splits2", "f16_fp8_splits2", "fp8_mtp_qlen2_gqa8_window_splits3",
+        "fp8_long_70000_splits5"};
     for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
       if (std::find(tiled.begin(), tiled.end(), m.name) == tiled.end()) continue;
       DecodeCase c = m;

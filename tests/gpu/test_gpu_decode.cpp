@@ -201,10 +201,11 @@ std::vector<DecodeCase> all_cases() {
     c.softcap = 30.0f;
     add(c, "tails_window_softcap_splits2");
   }
-  // The tiled layout's bulk-copy form (decode_bulk_eligible: sm_90, 16-bit head dims 64, 128 and
-  // 256, fp8 128 and 256, blocks of >= 8 keys) on the features the layout cases above leave out:
-  // GQA 1 and 16, head dims 64 and 256, windows, soft-cap, sinks, no LSE, f16, MTP rows, pair
-  // tails, eight splits, 70000-key contexts, fp8; and the cp.async form on the tiled layout.
+  // The tiled layout's bulk-copy form (decode_bulk_eligible: sm_90, 16-bit caches, head dims 64,
+  // 128 and 256, blocks of >= 8 keys) on the features the layout cases above leave out: GQA 1 and
+  // 16, head dims 64 and 256, windows, soft-cap, sinks, no LSE, f16, MTP rows, pair tails, eight
+  // splits and 70000-key contexts; the cp.async form on the tiled layout, and fp8 caches there
+  // (cp.async too: the bulk form is 16-bit only).
   {
     const std::vector<std::string> tiled = {
         "gqa1_splits3", "gqa16_splits3", "d64", "d256", "window64_splits3", "softcap",

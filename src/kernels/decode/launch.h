@@ -26,10 +26,9 @@ template <int D, typename T, typename KvT>
 constexpr bool kDecodeClusterBuilt = std::is_same_v<T, KvT>&& D <= 128;
 
 // The bulk-copy form (the tiled layout's stages by cp.async.bulk, decode_split_kv.cuh) is built
-// for caches whose rows are whole 8-chunk swizzle groups: 16-bit with D % 64 == 0, fp8 with
-// D % 128 == 0.
+// for 16-bit caches whose rows are whole 8-chunk swizzle groups.
 template <int D, typename T, typename KvT>
-constexpr bool kDecodeBulkBuilt = D * sizeof(KvT) % 128 == 0;
+constexpr bool kDecodeBulkBuilt = std::is_same_v<T, KvT> && D % 64 == 0;
 
 // True if a launch takes the bulk-copy form: built for its dtypes and head dim, sm_90 or later
 // (compute capability major `major`), the tiled layout, blocks of >= 8 keys (so a key's slot mod 8,

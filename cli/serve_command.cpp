@@ -19,6 +19,7 @@
 #include "serve_sim.h"
 #include "tripath/backend.h"
 #include "tripath/error.h"
+#include "tripath/kv_cache.h"
 
 namespace tripath::cli {
 
@@ -152,7 +153,7 @@ int run_serve(const std::vector<std::string>& args) {
        << (o.requests > 0 ? std::to_string(o.requests)
                           : std::to_string(o.requests_per_client) + " x concurrency")
        << ", budget " << o.max_batched_tokens << " tokens/step, block " << o.block_size
-       << ", layers " << (o.layers > 0 ? std::to_string(o.layers) : std::string("of the preset"))
+       << ", layout " << o.layout << ", layers " << (o.layers > 0 ? std::to_string(o.layers) : std::string("of the preset"))
        << ", bf16, CUDA graphs " << (o.cuda_graphs ? "on" : "off") << ", linear "
        << (o.linear ? "on" : "off") << ", seed " << o.seed << (o.quick ? ", --quick" : "") << "\n"
        << kNotSimulated << "\n";
@@ -216,6 +217,7 @@ int run_serve(const std::vector<std::string>& args) {
     ec.layers = run.layers;
     ec.num_blocks = run.num_blocks;
     ec.block_size = run.block_size;
+    ec.layout = parse_layout(o.layout);
     ec.max_tokens = o.max_batched_tokens;
     ec.max_requests = p.concurrency;
     ec.linear = o.linear;
@@ -301,6 +303,7 @@ int run_serve(const std::vector<std::string>& args) {
                        {"requests_per_client", o.requests_per_client},
                        {"max_batched_tokens", o.max_batched_tokens},
                        {"block_size", o.block_size},
+                       {"layout", o.layout},
                        {"num_blocks", o.num_blocks},
                        {"layers", o.layers},
                        {"dtype", "bf16"},

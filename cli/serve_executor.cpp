@@ -48,6 +48,7 @@ void mha_setup(const ExecutorConfig& c, const AttentionBackend& backend, Attenti
   cache = KvCacheConfig{};
   cache.num_blocks = c.num_blocks;
   cache.block_size = c.block_size;
+  cache.layout = c.layout;
   cache.num_kv_heads = p.num_kv_heads;
   cache.head_dim = p.head_dim;
   cache.dtype = DType::kBF16;

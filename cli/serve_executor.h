@@ -19,6 +19,7 @@
 
 #include "serve_model.h"
 #include "tripath/backend.h"
+#include "tripath/kv_cache.h"
 #include "serve_sim.h"
 
 namespace tripath::cli {
@@ -29,6 +30,7 @@ struct ExecutorConfig {
   int layers = 1;
   int64_t num_blocks = 0;  // KV cache blocks (shared by all layers)
   int block_size = 16;
+  KvLayout layout = KvLayout::kTiled;  // MHA caches
   int64_t max_tokens = 0;    // most tokens of one step (the token budget)
   int64_t max_requests = 0;  // most requests of one step (the concurrency)
   bool linear = false;       // projection GEMMs (GPU only)

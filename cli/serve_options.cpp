@@ -83,6 +83,9 @@ ParsedServeOptions parse_serve_options(const std::vector<std::string>& args, boo
   flags.add_int("max-batched-tokens", &o.max_batched_tokens, 1, 1 << 24,
                 "token budget of one step (decodes first, prompt chunks fill the rest)");
   flags.add_int("block-size", &o.block_size, 1, 256, "tokens per KV cache block, a power of two");
+  flags.add_choice("layout", &o.layout, {"nhd", "hnd", "tiled"},
+                   "KV cache layout (MHA models; tiled: three_path's decode reads it by bulk "
+                   "copies on sm_90)");
   flags.add_int("num-blocks", &o.num_blocks, 1, int64_t{1} << 30,
                 "KV cache blocks (default: concurrency x (isl + osl) tokens + 10%); fewer "
                 "forces preemption");

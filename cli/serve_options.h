@@ -27,6 +27,9 @@ struct ServeOptions {
   long long requests_per_client = 1;
   long long max_batched_tokens = 0;
   long long block_size = 16;
+  // MHA cache layout: tiled, the one three_path's decode reads by bulk copies (the fastest
+  // measured: docs/perf-notes.md, run w4); nhd / hnd for the others.
+  std::string layout = "tiled";
   long long num_blocks = 0;  // 0: sized for concurrency x (isl + osl) + headroom
   long long layers = 0;      // 0: the preset's
   bool linear = false;

@@ -86,7 +86,7 @@ struct DecodeConfig {
   // Shared row pitch: 16-bit rows +16 bytes (conflict-free ldmatrix, as unified); fp8 rows
   // padded to 16 mod 32 bytes, which makes the 8 rows of one ldmatrix phase hit 8 bank groups.
   static constexpr int kRowBytes =
-      kBulk ? D * 2 : kFp8 ? ((D + 16) % 32 == 16 ? D + 16 : D + 32) : (D + 8) * 2;
+      kBulk ? D * int(sizeof(KvT)) : kFp8 ? ((D + 16) % 32 == 16 ? D + 16 : D + 32) : (D + 8) * 2;
   static constexpr int kStageBytes = 2 * kKeys * kRowBytes;  // K rows, then V rows
   static constexpr int kQStride = D + 8;                     // q rows, in elements
   static constexpr int kSmemQ = 16 * kQStride * sizeof(T);

@@ -29,6 +29,8 @@ TEST(ServeOptions, PublishedFormByDefault) {
   EXPECT_EQ(o.sharegpt_osl, 1500);
   EXPECT_TRUE(o.cuda_graphs);
   EXPECT_FALSE(o.linear);
+  EXPECT_EQ(o.layout, "tiled");  // three_path's decode reads it by bulk copies
+  EXPECT_EQ(parse_serve_options({"--layout=nhd"}, true).options.layout, "nhd");
 }
 
 TEST(ServeOptions, QuickOnCpuAndGpu) {
@@ -114,6 +116,10 @@ INSTANTIATE_TEST_SUITE_P(
                  false,
                  "expected one of uniform, sharegpt, shared-prefix"},
         BadFlags{"unknown_model", {"--model=gpt-5"}, false, "invalid value 'gpt-5' for --model"},
+        BadFlags{"unknown_layout",
+                 {"--layout=xyz"},
+                 false,
+                 "invalid value 'xyz' for --layout: expected one of nhd, hnd, tiled"},
         BadFlags{"isl_zero", {"--isl=0"}, false, "for --isl: expected an integer"},
         BadFlags{"value_missing", {"--osl"}, false, "flag --osl needs a value"},
         BadFlags{"linear_without_gpu", {"--linear"}, false, "--linear is unavailable here"},

@@ -973,8 +973,12 @@ int decode_cluster_capacity_impl() {
 
 template <int D, typename T, typename KvT>
 cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream) {
+  // The device is asked only where its answer matters (pairs, or a launch the bulk form may
+  // take), so the host-side refusals below also work without a GPU.
+  const bool bulk_candidate = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, 9, p.layout,
+                                                   p.block_size, p.decode_cp_async);
   int major = 0;
-  if (p.cluster_splits != 0 || kDecodeBulkBuilt<D, T, KvT>) {
+  if (p.cluster_splits != 0 || bulk_candidate) {
     int device = 0;
     cudaError_t e = cudaGetDevice(&device);
     if (e == cudaSuccess)

@@ -56,8 +56,9 @@ struct DecodeCase {
   // rows (NaN-poisoned slots) and the new K / V rows, stores them itself before it reads them,
   // and the caches must then equal the reference's bit for bit.
   bool write = false;
-  // UnifiedParams::decode_cp_async: a tiled cache's stages by cp.async, not bulk copies.
-  bool cp_async = false;
+  // UnifiedParams::decode_copies: 0 the default (bulk copies for 16-bit tiled caches), 1
+  // cp.async always, 2 bulk copies on fp8 tiled caches too.
+  int copies = 0;
   std::vector<ReqShape> reqs;
 };
 
@@ -205,7 +206,7 @@ std::vector<DecodeCase> all_cases() {
   // 128 and 256, blocks of >= 8 keys) on the features the layout cases above leave out: GQA 1 and
   // 16, head dims 64 and 256, windows, soft-cap, sinks, no LSE, f16, MTP rows, pair tails, eight
   // splits and 70000-key contexts; the cp.async form on the tiled layout, and fp8 caches there
-  // (cp.async too: the bulk form is 16-bit only).
+  // (cp.async by default; the opt-in bulk form as bulk_*).
   {
     const std::vector<std::string> tiled = {
         "gqa1_splits3", "gqa16_splits3", "d64", "d256", "window64_splits3", "softcap",
@@ -223,9 +224,16 @@ std::vector<DecodeCase> all_cases() {
     }
     DecodeCase c = base;
     c.layout = KvLayout::kTiled;
-    c.cp_async = true;
+    c.copies = 1;
     c.splits = 2;
     add(c, "tiled_cp_async_splits2");
+    // The opt-in fp8 bulk form (decode_copies 2) on every fp8 tiled case so far.
+    for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
+      if (m.layout != KvLayout::kTiled || m.cache != DType::kFP8E4M3 || m.copies != 0) continue;
+      DecodeCase f = m;
+      f.copies = 2;
+      add(f, "bulk_" + m.name);
+    }
   }
   // Pair launches (the wide form) on every case with several splits that they are built for, cut in
   // two: 16-bit caches, head dims <= 128 (GQA 1-16, windows, soft-cap, sinks, no LSE, f16, MTP
@@ -408,7 +416,7 @@ void check_case(const DecodeCase& c) {
   p.block_size = c.block_size;
   p.log2_block_size = log2_of(c.block_size);
   p.layout = static_cast<int32_t>(c.layout);
-  p.decode_cp_async = c.cp_async ? 1 : 0;
+  p.decode_copies = c.copies;
   p.window_left = c.window;
   p.score_scale = params.effective_scale() * (fp8 ? s.cache.k_scale : 1.0f);
   p.scale_log2 = p.score_scale * 1.4426950408889634f;

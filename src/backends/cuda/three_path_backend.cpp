@@ -128,7 +128,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     lengthens the stage loop); 0: the cache-write kernel writes every token first.
   //   TRIPATH_DECODE_BULK (default 1): on the tiled layout the split-KV decode kernel's stages
   //     land by bulk copies (one per run of a cache block's keys, from one warp) where that form
-  //     is built and runs (decode/launch.h: decode_bulk_eligible); 0: by cp.async.
+  //     is built and runs (decode/launch.h: decode_bulk_eligible); 0: by cp.async; 2: on fp8
+  //     caches too (off by default: its first form failed on pitch, fixed but not yet GPU-run).
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -146,7 +147,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
     decode_cluster_ = read_variant("TRIPATH_DECODE_CLUSTER") == 1;
     decode_segment_mode_ = read_variant("TRIPATH_DECODE_SEGMENTS");
     decode_write_ = read_variant("TRIPATH_DECODE_WRITE");
-    decode_bulk_ = read_variant("TRIPATH_DECODE_BULK") == 1;
+    decode_bulk_ = read_variant("TRIPATH_DECODE_BULK");
   }
   const char* name() const override { return "three_path"; }
   bool needs_ordered_batch() const override { return true; }
@@ -314,7 +315,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
         p.cluster_splits = l.pairs ? 2 : 0;
-        p.decode_cp_async = decode_bulk_ ? 0 : 1;
+        p.decode_copies = decode_bulk_ == 0 ? 1 : decode_bulk_ == 2 ? 2 : 0;
         if (decode_writes) {
           p.new_k = in.k.data;
           p.new_v = in.v.data;
@@ -582,7 +583,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
   bool decode_direct_ = false;  // every decode request has one split: final output, no merge
   int decode_segment_mode_ = 1;  // TRIPATH_DECODE_SEGMENTS
   int decode_write_ = 1;          // TRIPATH_DECODE_WRITE
-  bool decode_bulk_ = true;       // TRIPATH_DECODE_BULK=1
+  int decode_bulk_ = 1;           // TRIPATH_DECODE_BULK
   bool decode_segments_ = false;  // this plan has the segments' item set (add_decode_segments)
   bool segment_direct_ = false;   // ... and no request has two pieces: final output, no merge
   int32_t segment_parts_ = 0;     // the most pieces of one request

@@ -49,8 +49,8 @@ __host__ __device__ __forceinline__ int decode_o_dim(int tile, int e, int t) {
 
 // s[2][4] += Q K^T for this warp's 16 keys (two 8-key n-tiles). `tk` points at the warp's first
 // key row of the stage (kRowBytes apart); qf(ks) returns the A fragment of 16-dim step ks.
-// kSwizzled (16-bit only): the lane's rows hold logical 16-byte chunk c at c ^ sw (the tiled
-// layout's swizzle, landed as it is by bulk copies: sw = the row's key mod 8).
+// kSwizzled: the lane's rows hold logical 16-byte chunk c at c ^ sw (the tiled layout's swizzle,
+// landed as it is by bulk copies: sw = the row's key mod 8; rows of whole 8-chunk groups).
 template <int D, int kRowBytes, bool kFp8, typename MmaT, bool kSwizzled = false, typename QFrag>
 __device__ __forceinline__ void decode_qk(float (&s)[2][4], const unsigned char* tk, int lane,
                                           QFrag&& qf, int sw = 0) {
@@ -72,12 +72,12 @@ __device__ __forceinline__ void decode_qk(float (&s)[2][4], const unsigned char*
   } else {
     // One 16-byte chunk of a row is one 16-dim step. Lanes 0-7: keys 0-7 (n-tile 0), step 2i;
     // 8-15: keys 8-15 (n-tile 1), step 2i; 16-23 / 24-31: the same keys, step 2i + 1.
-    const unsigned char* base =
-        tk + (((lane / 8) % 2) * 8 + lane % 8) * kRowBytes + (lane / 16) * 16;
+    const unsigned char* row = tk + (((lane / 8) % 2) * 8 + lane % 8) * kRowBytes;
+    const unsigned char* base = row + (lane / 16) * 16;
 #pragma unroll
     for (int ks = 0; ks + 1 < kSteps; ks += 2) {
       uint32_t r[4];
-      ldmatrix_x4(r, base + ks * 16);
+      ldmatrix_x4(r, kSwizzled ? row + ((ks + lane / 16) ^ sw) * 16 : base + ks * 16);
       uint32_t a[4];
       qf(ks, a);
       mma_16816<MmaT>(s[0], a, e4m3x2_to_f16x2(r[0]), e4m3x2_to_f16x2(r[0] >> 16));
@@ -98,7 +98,7 @@ __device__ __forceinline__ void decode_qk(float (&s)[2][4], const unsigned char*
 }
 
 // o[D/8][4] += P V over this warp's 16 keys; `a` is P as the A fragment (k = the 16 keys).
-// kSwizzled, sw: as decode_qk's (16-bit only).
+// kSwizzled, sw: as decode_qk's.
 template <int D, int kRowBytes, bool kFp8, typename MmaT, bool kSwizzled = false>
 __device__ __forceinline__ void decode_pv(float (&o)[D / 8][4], const uint32_t (&a)[4],
                                           const unsigned char* tv, int lane, int sw = 0) {
@@ -119,7 +119,7 @@ __device__ __forceinline__ void decode_pv(float (&o)[D / 8][4], const uint32_t (
 #pragma unroll
     for (int c = 0; c + 1 < kChunks; c += 2) {
       uint32_t r[4];
-      ldmatrix_x4_trans(r, base + c * 16);
+      ldmatrix_x4_trans(r, kSwizzled ? row + ((c + lane / 16) ^ sw) * 16 : base + c * 16);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint32_t lo = __byte_perm(r[2 * h], 0, 0x3120);      // keys 0-7 of the k range

@@ -62,12 +62,12 @@ namespace tripath::kernels {
 // kBulk: the tiled layout's pages land by bulk copies (cp.async.bulk, sm_90), one per run of a
 // page's keys in a stage, issued by one warp and counted on a per-slot mbarrier, instead of a
 // 16-byte cp.async per chunk from every thread. Rows land as the cache stores them: D * 2 bytes,
-// chunks swizzled by key (tiled_chunk_of), which the fragments undo (decode_qk's `sw`). 16-bit
-// caches whose rows are whole 8-chunk swizzle groups (D % 64 == 0).
+// chunks swizzled by key (tiled_chunk_of), which the fragments undo (decode_qk's `sw`). Caches
+// whose rows are whole 8-chunk swizzle groups (16-bit: D % 64 == 0; fp8: D % 128 == 0, opt-in).
 template <int D, typename T, typename KvT, int kWide = 0, bool kBulk = false>
 struct DecodeConfig {
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
-  static_assert(!kBulk || (!kFp8 && D % 64 == 0), "bulk stages: 16-bit rows of 8-chunk groups");
+  static_assert(!kBulk || D * sizeof(KvT) % 128 == 0, "bulk stages: rows of 8-chunk groups");
   using MmaT = std::conditional_t<kFp8, fp16, T>;  // fp8 widens exactly into f16
   // fp8 runs 6 warps: its loop is latency-bound (run f2's ncu: 2 warps per scheduler, 0.40
   // issued per cycle, "wait" stalls first), and its halved stage bytes leave shared memory for
@@ -105,7 +105,8 @@ struct DecodeConfig {
   // fp8 only: there it cost one SASS instruction of the stage loop and measured 1.0-1.6% on fp8
   // decode-mixed (run s1, H100); in the 16-bit loop it cost 21 (address arithmetic reshaped,
   // predicates spilled), bf16 decode-mixed did not move and the one-item shapes lost 0.3-1.9%.
-  static constexpr bool kLists = kWide == 0 && kFp8;
+  // kBulk: the stages' table entries are per run, loaded by warp 0 (no per-key prefetch).
+  static constexpr bool kLists = kWide == 0 && kFp8 && !kBulk;
   static constexpr int kNextItems = 2 * 8;  // two item slots of 8 ints
   static constexpr int kNextLens = 4;       // tok0, tok1, context, padding
   static constexpr int kNextFixed = kLists ? (kNextItems + kNextLens) * 4 : 0;
@@ -975,8 +976,9 @@ template <int D, typename T, typename KvT>
 cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream) {
   // The device is asked only where its answer matters (pairs, or a launch the bulk form may
   // take), so the host-side refusals below also work without a GPU.
-  const bool bulk_candidate = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, 9, p.layout,
-                                                   p.block_size, p.decode_cp_async);
+  constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
+  const bool bulk_candidate = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, kFp8, 9, p.layout,
+                                                   p.block_size, p.decode_copies);
   int major = 0;
   if (p.cluster_splits != 0 || bulk_candidate) {
     int device = 0;
@@ -993,8 +995,8 @@ cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream
   }
   if (p.block_items != nullptr && p.num_blocks < 1) return cudaErrorInvalidValue;
   if (p.num_items == 0) return cudaSuccess;
-  const bool bulk = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, major, p.layout,
-                                         p.block_size, p.decode_cp_async);
+  const bool bulk = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, kFp8, major, p.layout,
+                                         p.block_size, p.decode_copies);
   if constexpr (kDecodeClusterBuilt<D, T, KvT>) {
     if (p.cluster_splits != 0) {
       if constexpr (kDecodeBulkBuilt<D, T, KvT>) {

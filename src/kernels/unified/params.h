@@ -71,9 +71,10 @@ struct UnifiedParams {
   int32_t* item_counter;        // the flash kernel's persistent modes: two ints, zero before the
                                 // launch (items claimed past the grid, CTAs finished); the last
                                 // CTA to finish zeroes them again for the next launch
-  int32_t decode_cp_async;      // split-KV decode: 0: a tiled cache's stages land by bulk copies
-                                // where that form is built and runs (decode/launch.h:
-                                // decode_bulk_eligible); 1: by cp.async always
+  int32_t decode_copies;        // split-KV decode, how a tiled cache's stages land where the bulk
+                                // form runs (decode/launch.h: decode_bulk_eligible): 0: bulk
+                                // copies on 16-bit caches; 1: cp.async always; 2: bulk on fp8
+                                // caches too (opt-in until GPU-tested)
 };
 
 // Tile shapes. kRows16: 16 packed rows per block and its four warps split the keys (decode:

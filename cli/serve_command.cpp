@@ -153,7 +153,8 @@ int run_serve(const std::vector<std::string>& args) {
        << (o.requests > 0 ? std::to_string(o.requests)
                           : std::to_string(o.requests_per_client) + " x concurrency")
        << ", budget " << o.max_batched_tokens << " tokens/step, block " << o.block_size
-       << ", layout " << o.layout << ", layers " << (o.layers > 0 ? std::to_string(o.layers) : std::string("of the preset"))
+       << ", layout " << o.layout << ", layers "
+       << (o.layers > 0 ? std::to_string(o.layers) : std::string("of the preset"))
        << ", bf16, CUDA graphs " << (o.cuda_graphs ? "on" : "off") << ", linear "
        << (o.linear ? "on" : "off") << ", seed " << o.seed << (o.quick ? ", --quick" : "") << "\n"
        << kNotSimulated << "\n";

@@ -26,7 +26,8 @@ cudaError_t poison_shared_memory(cudaStream_t stream) {
   if (e == cudaSuccess)
     e = cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
   if (e == cudaSuccess)
-    e = cudaFuncSetAttribute(fill_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    e = cudaFuncSetAttribute(fill_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             bytes);
   if (e != cudaSuccess) return e;
   // One block per SM (each takes the whole shared memory), twice over for good measure.
   fill_shared_kernel<<<2 * sms, 1024, bytes, stream>>>(bytes / 16);

@@ -8,8 +8,9 @@
 // 16-bit caches of head dim <= 128; or items run in per-block lists, as decode segments run),
 // window, soft-cap, sinks, LSE on/off, a non-default scale, fp8 KV with distinct k/v scales, f16,
 // decode_threshold 2 and 4 (MTP rows), the tiled layout's bulk-copy stages and its cp.async
-// form, shared memory NaN-poisoned before each launch. Repeated runs are bitwise identical. GpuDecodeBench times the kernel against the unified
-// kRows16 tile on the published decode shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
+// form, shared memory NaN-poisoned before each launch. Repeated runs are bitwise identical.
+// GpuDecodeBench times the kernel against the unified kRows16 tile on the published decode
+// shapes when TRIPATH_DECODE_BENCH=1 (skipped otherwise).
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -982,7 +982,7 @@ cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream
   // The device is asked only where its answer matters (pairs, or a launch the bulk form may
   // take), so the host-side refusals below also work without a GPU.
   constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
-  const bool bulk_candidate = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, kFp8, 9, p.layout,
+  const bool bulk_candidate = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, kFp8, p.layout,
                                                    p.block_size, p.decode_copies);
   int major = 0;
   if (p.cluster_splits != 0 || bulk_candidate) {
@@ -1000,8 +1000,7 @@ cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream
   }
   if (p.block_items != nullptr && p.num_blocks < 1) return cudaErrorInvalidValue;
   if (p.num_items == 0) return cudaSuccess;
-  const bool bulk = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, kFp8, major, p.layout,
-                                         p.block_size, p.decode_copies);
+  const bool bulk = bulk_candidate && major >= 9;
   if constexpr (kDecodeClusterBuilt<D, T, KvT>) {
     if (p.cluster_splits != 0) {
       if constexpr (kDecodeBulkBuilt<D, T, KvT>) {

@@ -52,7 +52,9 @@
 #include "common/mbarrier.cuh"
 #include "common/tma.cuh"
 #include "common/wgmma.cuh"
+#include "decode/decode_cache_write.cuh"
 #include "decode/decode_fragments.cuh"
+#include "decode/decode_pair_merge.cuh"
 #include "decode/launch.h"
 #include "unified/params.h"
 
@@ -155,79 +157,6 @@ __device__ __forceinline__ int stage_origin(int lo, int end, int keys) {
 // Physical 16-byte chunk of logical chunk c in a key row (the tiled layout swizzles them).
 __device__ __forceinline__ int decode_phys_chunk(int layout, int c, int slot, int chunks) {
   return layout == kLayoutTiled ? tiled_chunk_of(c, slot, chunks) : c;
-}
-
-// The fused cache write (p.new_k set): this step's new K / V rows of keys [lo, lo + count) of
-// one request and KV head, token `tok` holding key lo, into their cache slots, as the cache-write
-// kernel stores them (fp8: e4m3(x / scale), the same division and rounding, so the caches agree
-// bit for bit). `offset(key, c)`: the element offset of the key's 16-byte chunk c, the one the
-// kernel's copies read. Each thread moves chunks, strided by the block's threads.
-template <int D, typename T, typename KvT, typename Offset>
-__device__ __forceinline__ void decode_write_new_rows(const UnifiedParams& p, int kv_head, int tok,
-                                                      int lo, int count, Offset offset) {
-  constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
-  constexpr int kPer = kFp8 ? 16 : 8, kChunks = D / kPer;
-  for (int u = threadIdx.x; u < count * kChunks; u += blockDim.x) {
-    const int j = u / kChunks, c = u % kChunks;
-    const int64_t src = (int64_t(tok + j) * p.num_kv_heads + kv_head) * D + c * kPer;
-    const int64_t dst = offset(lo + j, c);
-    const uint4* k = reinterpret_cast<const uint4*>(static_cast<const T*>(p.new_k) + src);
-    const uint4* v = reinterpret_cast<const uint4*>(static_cast<const T*>(p.new_v) + src);
-    // The caches are read-only to every other kernel reading UnifiedParams, hence const there.
-    KvT* kc = static_cast<KvT*>(const_cast<void*>(p.k_cache));
-    KvT* vc = static_cast<KvT*>(const_cast<void*>(p.v_cache));
-    if constexpr (!kFp8) {
-      const uint4 kr = k[0], vr = v[0];
-      *reinterpret_cast<uint4*>(kc + dst) = kr;
-      *reinterpret_cast<uint4*>(vc + dst) = vr;
-    } else {
-      // A 16-element chunk: two 8-element input loads each.
-      const uint2 k0 = fp8x8_from<T>(k[0], p.k_scale), k1 = fp8x8_from<T>(k[1], p.k_scale);
-      const uint2 v0 = fp8x8_from<T>(v[0], p.v_scale), v1 = fp8x8_from<T>(v[1], p.v_scale);
-      *reinterpret_cast<uint4*>(kc + dst) = make_uint4(k0.x, k0.y, k1.x, k1.y);
-      *reinterpret_cast<uint4*>(vc + dst) = make_uint4(v0.x, v0.y, v1.x, v1.y);
-    }
-  }
-}
-
-// The pair's merge (p.cluster_splits = 2), run by rank 0 after the cluster barrier: its own
-// normalized rows (left in place in the combine's buffer, row stride `own_stride`) and LSEs, the
-// peer's pushed into peer_o / peer_lse, merged as merge_states does (o = sum w_i o_i / sum w_i,
-// w_i = exp(lse_i - max), sinks one more part with output 0; an all-empty row 0 and -inf).
-template <int D, typename T>
-__device__ __forceinline__ void decode_pair_merge(const UnifiedParams& p, const UnifiedWorkItem& it,
-                                                  int row_end, const float* own_o, int own_stride,
-                                                  const float* own_lse, const float* peer_o,
-                                                  const float* peer_lse) {
-  constexpr float kNegInf = -INFINITY;
-  const int tok0 = p.cu_seqlens_q[it.request], rpt = p.rows_per_token;
-  for (int idx = threadIdx.x; idx < 16 * (D / 4); idx += blockDim.x) {
-    const int r = idx / (D / 4), d = (idx % (D / 4)) * 4, gr = it.row_begin + r;
-    if (gr >= row_end) continue;
-    const int head = it.q_head + gr % rpt;
-    const int64_t row = int64_t(tok0 + gr / rpt) * p.num_q_heads + head;
-    const float sink = p.sinks != nullptr ? p.sinks[head] : kNegInf;
-    const float l0 = own_lse[r], l1 = peer_lse[r];
-    const float mx = fmaxf(sink, fmaxf(l0, l1));
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float inv = 0.0f, lse = kNegInf;
-    if (mx != kNegInf) {
-      const float w0 = l0 != kNegInf ? expf(l0 - mx) : 0.0f;
-      const float w1 = l1 != kNegInf ? expf(l1 - mx) : 0.0f;
-      const float total = w0 + w1 + (p.sinks != nullptr ? expf(sink - mx) : 0.0f);
-      const float4 a = *reinterpret_cast<const float4*>(own_o + r * own_stride + d);
-      const float4 b = *reinterpret_cast<const float4*>(peer_o + r * D + d);
-      acc = make_float4(w0 * a.x + w1 * b.x, w0 * a.y + w1 * b.y, w0 * a.z + w1 * b.z,
-                        w0 * a.w + w1 * b.w);
-      inv = 1.0f / total;
-      lse = mx + logf(total);
-    }
-    uint2 packed;
-    packed.x = pack2<T>(acc.x * inv, acc.y * inv);
-    packed.y = pack2<T>(acc.z * inv, acc.w * inv);
-    *reinterpret_cast<uint2*>(static_cast<T*>(p.out) + row * D + d) = packed;
-    if (d == 0 && p.lse != nullptr) p.lse[row] = lse;
-  }
 }
 
 // kWrite: the fused cache write (p.new_k set) compiled in. A launch without new rows takes the

@@ -406,6 +406,9 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                 make_uint4(0u, 0u, 0u, 0u);
           }
         }
+        // A later stage's bulk copies (async proxy) rewrite these rows; this warp's generic
+        // stores must be ordered before them.
+        wgmma::fence_proxy_async();
       }
       __syncwarp();
       if (lane == 0) mbarrier::arrive(&s_full[slot]);

@@ -388,12 +388,14 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       const int lo = max(start, main_lo), hi = min(start + kKeys, key_hi);
       if (lane == 0) mbarrier::expect_tx(&s_full[slot], uint32_t(hi - lo) * 2u * kRowBytes);
       __syncwarp();
-      const int page = run_page(first, s, main_lo, key_hi);
-      if (page >= 0) {
-        const int a = max(lo, page << p.log2_block_size);
-        const int b = min(hi, (page + 1) << p.log2_block_size);
-        const int64_t off =
-            ((int64_t(block) * p.num_kv_heads + it.kv_head) * p.block_size + (a & bs_mask)) * D;
+      // This lane's run: the keys of [lo, hi) in the stage's lane-th cache block (run_page's).
+      const int page = (lo >> p.log2_block_size) + lane;
+      const int a = max(lo, page << p.log2_block_size);
+      const int b = min(hi, (page + 1) << p.log2_block_size);
+      if (a < b) {
+        // A tiled row's chunks are in place: its start is the HND row start.
+        const int64_t off = kv_chunk_offset(kLayoutHND, block, a & bs_mask, it.kv_head, 0,
+                                            p.block_size, p.num_kv_heads, D, kPer);
         const uint32_t bytes = uint32_t(b - a) * kRowBytes;
         tma::bulk_load(dk + (a - start) * kRowBytes, k_cache + off, bytes, &s_full[slot]);
         tma::bulk_load(dv + (a - start) * kRowBytes, v_cache + off, bytes, &s_full[slot]);

@@ -70,7 +70,7 @@ namespace tripath::kernels {
 // 16-byte cp.async per chunk from every thread. Rows land as the cache stores them (D elements,
 // no padding), chunks swizzled by key (tiled_chunk_of), which the fragments undo (decode_qk's
 // `sw`). Caches
-// whose rows are whole 8-chunk swizzle groups (16-bit: D % 64 == 0; fp8: D % 128 == 0, opt-in).
+// whose rows are whole 8-chunk swizzle groups (16-bit: D % 64 == 0; fp8: D % 128 == 0).
 template <int D, typename T, typename KvT, int kWide = 0, bool kBulk = false>
 struct DecodeConfig {
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
@@ -388,12 +388,14 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       const int lo = max(start, main_lo), hi = min(start + kKeys, key_hi);
       if (lane == 0) mbarrier::expect_tx(&s_full[slot], uint32_t(hi - lo) * 2u * kRowBytes);
       __syncwarp();
-      const int page = run_page(first, s, main_lo, key_hi);
-      if (page >= 0) {
-        const int a = max(lo, page << p.log2_block_size);
-        const int b = min(hi, (page + 1) << p.log2_block_size);
-        const int64_t off =
-            ((int64_t(block) * p.num_kv_heads + it.kv_head) * p.block_size + (a & bs_mask)) * D;
+      // This lane's run: the keys of [lo, hi) in the stage's lane-th cache block (run_page's).
+      const int page = (lo >> p.log2_block_size) + lane;
+      const int a = max(lo, page << p.log2_block_size);
+      const int b = min(hi, (page + 1) << p.log2_block_size);
+      if (a < b) {
+        // A tiled row's chunks are in place: its start is the HND row start.
+        const int64_t off = kv_chunk_offset(kLayoutHND, block, a & bs_mask, it.kv_head, 0,
+                                            p.block_size, p.num_kv_heads, D, kPer);
         const uint32_t bytes = uint32_t(b - a) * kRowBytes;
         tma::bulk_load(dk + (a - start) * kRowBytes, k_cache + off, bytes, &s_full[slot]);
         tma::bulk_load(dv + (a - start) * kRowBytes, v_cache + off, bytes, &s_full[slot]);
@@ -406,6 +408,9 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
                 make_uint4(0u, 0u, 0u, 0u);
           }
         }
+        // A later stage's bulk copies (async proxy) rewrite these rows; this warp's generic
+        // stores must be ordered before them.
+        wgmma::fence_proxy_async();
       }
       __syncwarp();
       if (lane == 0) mbarrier::arrive(&s_full[slot]);
@@ -910,8 +915,7 @@ template <int D, typename T, typename KvT>
 cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream) {
   // The device is asked only where its answer matters (pairs, or a launch the bulk form may
   // take), so the host-side refusals below also work without a GPU.
-  constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
-  const bool bulk_candidate = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, kFp8, p.layout,
+  const bool bulk_candidate = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, p.layout,
                                                    p.block_size, p.decode_copies);
   int major = 0;
   if (p.cluster_splits != 0 || bulk_candidate) {

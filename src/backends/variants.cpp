@@ -50,10 +50,10 @@ std::vector<VariantVariable> variant_variables() {
        2, 1, ""},
       {"TRIPATH_DECODE_BULK", "three_path",
        "1: on the tiled layout the split-KV decode kernel's stages land by bulk copies, one per "
-       "run of a cache block's keys, issued by one warp (sm_90; head dim a multiple of 64 on "
-       "16-bit caches, of 128 on fp8; blocks of >= 8 keys); 0: a 16-byte cp.async per chunk "
-       "from every thread",
-       1, 1, ""},
+       "run of a cache block's keys, issued by one warp (sm_90, 16-bit cache, head dim a "
+       "multiple of 64, blocks of >= 8 keys); 2: fp8 caches too (head dims 128, 256; slower "
+       "than cp.async there on an H100); 0: a 16-byte cp.async per chunk from every thread",
+       2, 1, ""},
       {"TRIPATH_PDL", "three_path, mla",
        "1: decode kernels and their merge launched as programmatic dependents (they start while "
        "the kernel before them ends)",

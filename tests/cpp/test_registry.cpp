@@ -428,7 +428,7 @@ TEST(Registry, ReadVariantParsesAndRejects) {
         Bad{"TRIPATH_MLA_WGMMA", "5", "unset, 0, 1, 2, 3 or 4"},
         Bad{"TRIPATH_FLASH_TMA", "3", "unset, 0, 1 or 2"}, Bad{"TRIPATH_PDL", "2", "unset, 0 or 1"},
         Bad{"TRIPATH_PDL", "on", "unset, 0 or 1"},
-        Bad{"TRIPATH_DECODE_BULK", "2", "unset, 0 or 1"}}) {
+        Bad{"TRIPATH_DECODE_BULK", "3", "unset, 0, 1 or 2"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       tripath::read_variant(b.name);

@@ -978,7 +978,7 @@ TEST(GpuErrors, ThreePathVariantVariables) {
         Bad{"TRIPATH_PDL", "2"}, Bad{"TRIPATH_PDL", "yes"}, Bad{"TRIPATH_FUSE_COMPUTE", "3"},
         Bad{"TRIPATH_FUSE_COMPUTE", "no"}, Bad{"TRIPATH_DECODE_CLUSTER", "2"},
         Bad{"TRIPATH_DECODE_SEGMENTS", "2"}, Bad{"TRIPATH_DECODE_WRITE", "3"},
-        Bad{"TRIPATH_DECODE_WRITE", "fp8"}, Bad{"TRIPATH_DECODE_BULK", "2"}}) {
+        Bad{"TRIPATH_DECODE_WRITE", "fp8"}, Bad{"TRIPATH_DECODE_BULK", "3"}}) {
     ScopedEnv env(b.name, b.value);
     try {
       create_attention_backend("three_path");

@@ -57,8 +57,8 @@ struct DecodeCase {
   // rows (NaN-poisoned slots) and the new K / V rows, stores them itself before it reads them,
   // and the caches must then equal the reference's bit for bit.
   bool write = false;
-  // UnifiedParams::decode_copies: 0 the default (bulk copies on tiled caches where built), 1
-  // cp.async always.
+  // UnifiedParams::decode_copies: 0 the default (bulk copies for 16-bit tiled caches), 1
+  // cp.async always, 2 bulk copies on fp8 tiled caches too.
   int copies = 0;
   std::vector<ReqShape> reqs;
 };
@@ -203,11 +203,11 @@ std::vector<DecodeCase> all_cases() {
     c.softcap = 30.0f;
     add(c, "tails_window_softcap_splits2");
   }
-  // The tiled layout's bulk-copy form (decode_bulk_eligible: sm_90; 16-bit caches of head dims
-  // 64, 128 and 256, fp8 of 128 and 256; blocks of >= 8 keys) on the features the layout cases
-  // above leave out: GQA 1 and 16, head dims 64 and 256, windows, soft-cap, sinks, no LSE, f16,
-  // MTP rows, pair tails, eight splits and 70000-key contexts; the cp.async form on the tiled
-  // layout (TRIPATH_DECODE_BULK=0) on a 16-bit cache and on every fp8 case (cp_async_*).
+  // The tiled layout's bulk-copy form (decode_bulk_eligible: sm_90, 16-bit caches, head dims 64,
+  // 128 and 256, blocks of >= 8 keys) on the features the layout cases above leave out: GQA 1 and
+  // 16, head dims 64 and 256, windows, soft-cap, sinks, no LSE, f16, MTP rows, pair tails, eight
+  // splits and 70000-key contexts; the cp.async form on the tiled layout, and fp8 caches there
+  // (cp.async by default; the opt-in bulk form as bulk_*).
   {
     const std::vector<std::string> tiled = {
         "gqa1_splits3", "gqa16_splits3", "d64", "d256", "window64_splits3", "softcap",
@@ -228,11 +228,12 @@ std::vector<DecodeCase> all_cases() {
     c.copies = 1;
     c.splits = 2;
     add(c, "tiled_cp_async_splits2");
+    // The opt-in fp8 bulk form (decode_copies 2) on every fp8 tiled case so far.
     for (const DecodeCase& m : std::vector<DecodeCase>(out)) {
       if (m.layout != KvLayout::kTiled || m.cache != DType::kFP8E4M3 || m.copies != 0) continue;
       DecodeCase f = m;
-      f.copies = 1;
-      add(f, "cp_async_" + m.name);
+      f.copies = 2;
+      add(f, "bulk_" + m.name);
     }
   }
   // Pair launches (the wide form) on every case with several splits that they are built for, cut in

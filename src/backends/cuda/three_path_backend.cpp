@@ -128,8 +128,8 @@ class ThreePathBackend final : public CudaAttentionBackend {
   //     lengthens the stage loop); 0: the cache-write kernel writes every token first.
   //   TRIPATH_DECODE_BULK (default 1): on the tiled layout the split-KV decode kernel's stages
   //     land by bulk copies (one per run of a cache block's keys, from one warp) where that form
-  //     is built and runs (decode/launch.h: decode_bulk_eligible: 16-bit and fp8 caches);
-  //     0: by cp.async.
+  //     is built and runs (decode/launch.h: decode_bulk_eligible); 0: by cp.async; 2: on fp8
+  //     caches too (off by default: GPU-tested, but slower than cp.async on fp8 on an H100).
   //   TRIPATH_PDL=1: the split-KV decode kernel and its merge launched as programmatic
   //     dependents (launch_kernel.h): each may start while the kernel before it ends.
   //     Default 0 until measured.
@@ -315,7 +315,7 @@ class ThreePathBackend final : public CudaAttentionBackend {
       } else if (decode_kernel && l.kind == Launch::kDecode) {
         p.pdl = pdl_ ? 1 : 0;
         p.cluster_splits = l.pairs ? 2 : 0;
-        p.decode_copies = decode_bulk_ == 0 ? 1 : 0;
+        p.decode_copies = decode_bulk_ == 0 ? 1 : decode_bulk_ == 2 ? 2 : 0;
         if (decode_writes) {
           p.new_k = in.k.data;
           p.new_v = in.v.data;

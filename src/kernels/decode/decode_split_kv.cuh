@@ -70,7 +70,7 @@ namespace tripath::kernels {
 // 16-byte cp.async per chunk from every thread. Rows land as the cache stores them (D elements,
 // no padding), chunks swizzled by key (tiled_chunk_of), which the fragments undo (decode_qk's
 // `sw`). Caches
-// whose rows are whole 8-chunk swizzle groups (16-bit: D % 64 == 0; fp8: D % 128 == 0).
+// whose rows are whole 8-chunk swizzle groups (16-bit: D % 64 == 0; fp8: D % 128 == 0, opt-in).
 template <int D, typename T, typename KvT, int kWide = 0, bool kBulk = false>
 struct DecodeConfig {
   static constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
@@ -915,7 +915,8 @@ template <int D, typename T, typename KvT>
 cudaError_t launch_paged_decode_impl(const UnifiedParams& p, cudaStream_t stream) {
   // The device is asked only where its answer matters (pairs, or a launch the bulk form may
   // take), so the host-side refusals below also work without a GPU.
-  const bool bulk_candidate = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, p.layout,
+  constexpr bool kFp8 = std::is_same_v<KvT, fp8>;
+  const bool bulk_candidate = decode_bulk_eligible(kDecodeBulkBuilt<D, T, KvT>, kFp8, p.layout,
                                                    p.block_size, p.decode_copies);
   int major = 0;
   if (p.cluster_splits != 0 || bulk_candidate) {

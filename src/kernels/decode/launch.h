@@ -34,9 +34,10 @@ constexpr bool kDecodeBulkBuilt = D * sizeof(KvT) % 128 == 0;
 // True if a launch takes the bulk-copy form on a device that runs it (sm_90: the launcher asks):
 // built for its dtypes and head dim, the tiled layout, blocks of >= 8 keys (so a key's slot mod
 // 8, the layout's chunk swizzle, is the key's mod 8), and chosen by UnifiedParams::decode_copies
-// (0: yes, 1: cp.async instead).
-TRIPATH_HD bool decode_bulk_eligible(bool built, int layout, int block_size, int copies) {
-  return built && layout == kLayoutTiled && block_size >= 8 && copies == 0;
+// (0: 16-bit caches, 1: none, 2: fp8 caches too).
+TRIPATH_HD bool decode_bulk_eligible(bool built, bool fp8, int layout, int block_size,
+                                     int copies) {
+  return built && layout == kLayoutTiled && block_size >= 8 && (copies == 0 ? !fp8 : copies == 2);
 }
 
 // True if this build instantiated the kernel for (head_dim, q dtype, kv dtype): the same table

@@ -73,7 +73,8 @@ struct UnifiedParams {
                                 // CTA to finish zeroes them again for the next launch
   int32_t decode_copies;        // split-KV decode, how a tiled cache's stages land where the bulk
                                 // form runs (decode/launch.h: decode_bulk_eligible): 0: bulk
-                                // copies (16-bit and fp8 caches); 1: cp.async always
+                                // copies on 16-bit caches; 1: cp.async always; 2: bulk on fp8
+                                // caches too (opt-in: slower on fp8)
 };
 
 // Tile shapes. kRows16: 16 packed rows per block and its four warps split the keys (decode:

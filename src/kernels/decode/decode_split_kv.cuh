@@ -306,7 +306,13 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     const int qlen = (prefetched ? s_lens[1] : p.cu_seqlens_q[it.request + 1]) - tok0;
     const int ctx = prefetched ? s_lens[2] : p.context_lens[it.request];
     const int rpt = p.rows_per_token;
-    stamp(10, ctx + qlen + (early_table ? (kBulkCp ? pre_page[0] : pre_block[0]) : 0));
+    // The trace's stamp 10 waits for the first early table entry too (the array that exists).
+    int early0 = 0;
+    if (early_table) {
+      if constexpr (kBulkCp) early0 = pre_page[0];
+      else early0 = pre_block[0];
+    }
+    stamp(10, ctx + qlen + early0);
     const int row_end = min(it.row_begin + 16, qlen * rpt);
     if (row_end <= it.row_begin) continue;  // no rows: nothing reads this item's slot
     const int t_first = it.row_begin / rpt, t_last = (row_end - 1) / rpt;

@@ -270,26 +270,12 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
     // kBulk: lane i of warp 0 copies run i of each stage (its keys in the i-th cache block the
     // stage touches); pre_page[s] is that block's table entry for stage s < kStages.
     [[maybe_unused]] int32_t pre_page[kStages];
-    // Lane `lane`'s run in stage s of keys [lo, hi) staged from `org`: the keys [a, b) of the
-    // stage's lane-th cache block and that block's table index (page); `some`: a < b (the same
-    // test without a and b, for callers that want the page alone).
-    struct Run {
-      int page, a, b;
-      bool some;
-    };
-    [[maybe_unused]] auto run_of = [&](int org, int s, int lo, int hi, int lane) {
-      const int start = org + s * kKeys, l = max(start, lo), h = min(start + kKeys, hi);
-      Run r;
-      r.page = (l >> p.log2_block_size) + lane;
-      r.a = max(l, r.page << p.log2_block_size);
-      r.b = min(h, (r.page + 1) << p.log2_block_size);
-      r.some = l < h && (r.page << p.log2_block_size) < h;
-      return r;
-    };
-    // This thread's run's page, or -1 for none.
+    // The page (table index) of this lane's run in stage s of keys [lo, hi) staged from `org`,
+    // or -1 for none.
     [[maybe_unused]] auto run_page = [&](int org, int s, int lo, int hi) {
-      const Run r = run_of(org, s, lo, hi, tid);
-      return r.some ? r.page : -1;
+      const int start = org + s * kKeys, a = max(start, lo), b = min(start + kKeys, hi);
+      const int page = (a >> p.log2_block_size) + tid;
+      return a < b && (page << p.log2_block_size) < b ? page : -1;
     };
     [[maybe_unused]] auto load_pages = [&](int org, int lo, int hi) {
 #pragma unroll
@@ -408,8 +394,10 @@ __global__ void __launch_bounds__(DecodeConfig<D, T, KvT, kWide>::kThreads,
       const int lo = max(start, main_lo), hi = min(start + kKeys, key_hi);
       if (lane == 0) mbarrier::expect_tx(&s_full[slot], uint32_t(hi - lo) * 2u * kRowBytes);
       __syncwarp();
-      const Run run = run_of(first, s, main_lo, key_hi, lane);
-      const int a = run.a, b = run.b;
+      // This lane's run: the keys of [lo, hi) in the stage's lane-th cache block (run_page's).
+      const int page = (lo >> p.log2_block_size) + lane;
+      const int a = max(lo, page << p.log2_block_size);
+      const int b = min(hi, (page + 1) << p.log2_block_size);
       if (a < b) {
         // A tiled row's chunks are in place: its start is the HND row start.
         const int64_t off = kv_chunk_offset(kLayoutHND, block, a & bs_mask, it.kv_head, 0,

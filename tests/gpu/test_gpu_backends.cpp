@@ -999,6 +999,24 @@ TEST(GpuErrors, ThreePathVariantVariables) {
 #endif
 }
 
+// shared/DESIGN.md section 7: with no variable set, "auto" is three_path / mla on Hopper and the
+// portable CUDA backends on other GPUs. The compute capability is read from the runtime here, not
+// from build_info(), so a wrong build_info() fails the test instead of hiding in both sides.
+TEST(GpuRegistry, AutoPicksThreePathAndMlaOnHopper) {
+  TRIPATH_REQUIRE_GPU();
+#ifdef TRIPATH_WITH_CUDA
+  int device = 0, major = 0;
+  TRIPATH_TEST_CUDA(cudaGetDevice(&device));
+  TRIPATH_TEST_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  const bool hopper = major == 9;
+  ScopedEnv mha("TRIPATH_BACKEND", nullptr), mla("TRIPATH_MLA_BACKEND", nullptr);
+  EXPECT_EQ(backend_from_env(false), hopper ? "three_path" : "unified") << "sm_" << major << "x";
+  EXPECT_EQ(backend_from_env(true), hopper ? "mla" : "mla_baseline") << "sm_" << major << "x";
+  EXPECT_STREQ(create_attention_backend("auto")->name(), hopper ? "three_path" : "unified");
+  EXPECT_STREQ(create_mla_backend("auto")->name(), hopper ? "mla" : "mla_baseline");
+#endif
+}
+
 // run() refuses a plan it was not prepared for, and CPU tensors.
 TEST(GpuErrors, UnpreparedPlanAndWrongDevice) {
   TRIPATH_REQUIRE_GPU();
